@@ -1,0 +1,83 @@
+"""``create_app``: wiring only. Clients are created by the caller and injected."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.config import Settings
+from gateway.errors import GatewayError, error_body
+from gateway.memory.service import MemoryService
+from gateway.proxy.upstream import Upstream
+from gateway.routes.chat import ChatCompletions
+from gateway.routes.health import Health
+from gateway.routes.passthrough import Passthrough
+from gateway.store.redis_store import RedisStore, StoreUnavailable
+from gateway.tenancy import Tenants
+from gateway.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+    return JSONResponse(
+        error_body(str(exc.detail), kind, code=str(exc.status_code)), status_code=exc.status_code
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return JSONResponse(error_body("internal gateway error", "server_error"), status_code=500)
+
+
+def create_app(
+    settings: Settings, *, upstream: Upstream, store: RedisStore, tokenizer: TokenCounter
+) -> Starlette:
+    tenants = Tenants(store, settings.server.tenant_secret)
+    passthrough = Passthrough(upstream, settings.upstream.api_key)
+    chat = ChatCompletions(
+        settings,
+        upstream=upstream,
+        memory=MemoryService(store, tokenizer, settings.memory),
+        tenants=tenants,
+        passthrough=passthrough,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            await tenants.load(timeout_s=2.0)
+        except StoreUnavailable as error:
+            # Serve anyway (fail-open); the secret is fetched again on the next request.
+            log.warning("redis not reachable at start-up: %s", error)
+        yield
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat.handle, methods=["POST"]),
+            Route("/v1/{path:path}", passthrough.forward, methods=ALL_METHODS),
+            Route("/healthz", Health(store).handle, methods=["GET"]),
+        ],
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )

@@ -1,0 +1,79 @@
+"""Gateway errors and their OpenAI-style envelope.
+
+    GatewayError                       status  type
+    ├── InvalidRequest                 400     invalid_request_error
+    │   └── PayloadTooLarge            413     invalid_request_error
+    ├── MemoryUnavailable              503     memory_unavailable  (fail-closed Redis)
+    └── UpstreamError
+        ├── UpstreamUnreachable        502     upstream_error
+        └── UpstreamTimeout            504     upstream_timeout
+
+Upstream 4xx/5xx answers are not errors of the gateway: they are passed through as they
+came. Every error reaches the client as ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class GatewayError(Exception):
+    """An error the gateway reports to the client itself."""
+
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, param=self.param, code=self.code)
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+    code = "payload_too_large"
+
+
+class MemoryUnavailable(GatewayError):
+    status = 503
+    type = "memory_unavailable"
+    code = "redis_unavailable"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    type = "upstream_timeout"
+    code = "upstream_timeout"
+
+
+def error_body(
+    message: str, type_: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def sse_error_event(message: str, type_: str, code: str | None) -> bytes:
+    """An in-band error for a stream whose headers are already sent (OpenAI's shape)."""
+    payload = json.dumps(error_body(message, type_, code=code), separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()

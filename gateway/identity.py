@@ -1,0 +1,81 @@
+"""Who is asking: the tenant (a keyed hash of the bearer key) and the session/user ids.
+
+The bearer key itself never leaves this module except to go upstream: memory is keyed by
+``HMAC-SHA256(secret, key)``, so a Redis dump reveals neither keys nor a way to test
+guesses without the secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import unicodedata
+from dataclasses import dataclass
+from enum import Enum
+
+from starlette.datastructures import Headers
+
+from gateway.errors import InvalidRequest
+
+MAX_ID_LENGTH = 128
+
+
+class MemoryMode(Enum):
+    ON = "on"  # inject memory and record the exchange
+    READ = "read"  # inject memory, record nothing
+    OFF = "off"  # forward as sent
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    tenant: str
+    session_id: str
+    user_id: str | None
+    mode: MemoryMode
+
+
+def bearer_key(headers: Headers) -> str:
+    value = headers.get("authorization", "")
+    scheme, _, key = value.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else value.strip()
+
+
+def tenant_id(secret: bytes, key: str) -> str:
+    return hmac.new(secret, key.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def check_id(value: str, header: str) -> str:
+    """Session and user ids: 1 to 128 printable characters, no control characters.
+
+    ASGI servers decode header bytes as latin-1; clients send UTF-8. We undo the former
+    so that "café" is one id whichever way it arrives.
+    """
+    try:
+        value = value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise InvalidRequest(
+            f"{header} must be valid UTF-8", param=header, code="invalid_header"
+        ) from None
+    if not value or len(value) > MAX_ID_LENGTH:
+        raise InvalidRequest(
+            f"{header} must be 1 to {MAX_ID_LENGTH} characters long",
+            param=header,
+            code="invalid_header",
+        )
+    if any(unicodedata.category(ch)[0] == "C" for ch in value):
+        raise InvalidRequest(
+            f"{header} must not contain control characters", param=header, code="invalid_header"
+        )
+    return value
+
+
+def memory_mode(headers: Headers) -> MemoryMode:
+    raw = headers.get("x-memory-mode", "on").strip().lower()
+    try:
+        return MemoryMode(raw)
+    except ValueError:
+        raise InvalidRequest(
+            "X-Memory-Mode must be one of: on, read, off",
+            param="X-Memory-Mode",
+            code="invalid_header",
+        ) from None

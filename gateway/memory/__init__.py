@@ -1,0 +1,1 @@
+"""Memory: plain data, pure policies, and the service that executes their effects."""

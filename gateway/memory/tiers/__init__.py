@@ -1,0 +1,1 @@
+"""Memory tiers: each a pure selection over plain data."""

@@ -1,0 +1,53 @@
+"""The verbatim window: the newest messages, by count and by tokens (pure).
+
+An assistant message that calls tools and the ``tool`` messages answering it form one
+unit: a model given results without the call (or a call without its results) rejects
+the request, so the window takes or drops such a unit whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.memory.model import Message
+
+
+def tool_groups(messages: Sequence[Message]) -> list[tuple[Message, ...]]:
+    """Split messages into units: a tool-calling assistant with its results, or one message.
+
+    Tool results whose call is not in ``messages`` (cut off by an earlier boundary) form
+    a unit of their own that ``newest_units`` never starts a window with.
+    """
+    groups: list[list[Message]] = []
+    for message in messages:
+        if message.role == "tool" and groups and _open_call(groups[-1]):
+            groups[-1].append(message)
+        else:
+            groups.append([message])
+    return [tuple(group) for group in groups]
+
+
+def _open_call(group: list[Message]) -> bool:
+    head = group[0]
+    return (head.role == "assistant" and bool(head.tool_calls)) or head.role == "tool"
+
+
+def newest_units(
+    messages: Sequence[Message], *, max_messages: int, max_tokens: int | None = None
+) -> tuple[Message, ...]:
+    """The newest whole units that fit both limits, oldest first."""
+    chosen: list[tuple[Message, ...]] = []
+    count = tokens = 0
+    for group in reversed(tool_groups(messages)):
+        group_tokens = sum(m.tokens for m in group)
+        if count + len(group) > max_messages:
+            break
+        if max_tokens is not None and tokens + group_tokens > max_tokens:
+            break
+        chosen.append(group)
+        count += len(group)
+        tokens += group_tokens
+    # Never open the window with orphaned tool results.
+    while chosen and chosen[-1][0].role == "tool":
+        chosen.pop()
+    return tuple(m for group in reversed(chosen) for m in group)

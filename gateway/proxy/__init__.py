@@ -1,0 +1,1 @@
+"""The upstream side: HTTP client (the only httpx import), SSE and header rules."""

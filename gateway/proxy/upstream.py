@@ -1,0 +1,164 @@
+"""The upstream client: the only module that imports httpx.
+
+Policy here, IO in the transport: tests inject ``httpx.MockTransport`` or talk to a real
+fake server. Choices, each for a reason:
+
+* one shared ``AsyncClient`` (connection reuse), whose cookie jar refuses every cookie:
+  httpx would otherwise store an upstream's ``Set-Cookie`` and replay it for every other
+  client of the gateway;
+* redirects are never followed and nothing is retried (httpx does not retry a sent
+  request; ``retries=0`` on the transport keeps even connects single-shot): a POST that
+  reached the upstream may have been billed and acted upon;
+* time to first byte and idle time between chunks are enforced by the gateway, not by
+  httpx's single read timeout, so each has its own limit and its own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
+
+import httpx
+
+from gateway.config import UpstreamConfig
+from gateway.errors import UpstreamTimeout, UpstreamUnreachable
+
+
+class UpstreamStreamBroken(Exception):
+    """The upstream body stopped after it had begun (stall past the idle limit, or reset)."""
+
+    def __init__(self, message: str, *, timeout: bool) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+class _NoCookies(DefaultCookiePolicy):
+    """A cookie policy that neither keeps nor sends any cookie."""
+
+    def set_ok(self, cookie: Any, request: Any) -> bool:
+        return False
+
+    def return_ok(self, cookie: Any, request: Any) -> bool:
+        return False
+
+
+@dataclass
+class UpstreamResponse:
+    """An upstream answer whose headers have arrived and whose body is still to read."""
+
+    status_code: int
+    headers: list[tuple[str, str]]
+    _response: httpx.Response
+    _idle_s: float
+
+    async def iter_body(self, *, decoded: bool) -> AsyncIterator[bytes]:
+        """The body as it arrives; ``decoded`` undoes content-encoding (to read it)."""
+        chunks = self._response.aiter_bytes() if decoded else self._response.aiter_raw()
+        iterator = chunks.__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout(self._idle_s):
+                    chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise UpstreamStreamBroken(
+                    f"upstream sent nothing for {self._idle_s:g} s", timeout=True
+                ) from None
+            except httpx.HTTPError as error:
+                raise UpstreamStreamBroken(
+                    f"upstream stream broke: {type(error).__name__}", timeout=False
+                ) from None
+            if chunk:
+                yield chunk
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.iter_body(decoded=True)])
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class Upstream:
+    """Sends requests to the configured OpenAI-compatible base URL."""
+
+    def __init__(
+        self, config: UpstreamConfig, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.config = config
+        self.base_url = config.base_url.rstrip("/")
+        timeouts = config.timeouts
+        self.client = httpx.AsyncClient(
+            transport=transport
+            or httpx.AsyncHTTPTransport(
+                retries=0,
+                limits=httpx.Limits(
+                    max_connections=config.max_connections,
+                    max_keepalive_connections=config.max_keepalive_connections,
+                ),
+            ),
+            timeout=httpx.Timeout(
+                connect=timeouts.connect_s,
+                read=None,
+                write=timeouts.write_s,
+                pool=timeouts.connect_s,
+            ),
+            follow_redirects=False,
+            # The jar itself, not httpx.Cookies(jar): the client copies a Cookies object into a
+            # fresh default jar, which would drop the refusing policy.
+            cookies=CookieJar(policy=_NoCookies()),
+        )
+        # httpx adds its own Accept, Accept-Encoding and User-Agent to every request; a
+        # transparent proxy sends the client's headers only.
+        for name in ("accept", "accept-encoding", "user-agent"):
+            del self.client.headers[name]
+
+    def url(self, path: str) -> str:
+        """``/v1/models`` → ``{base_url}/models``: the base URL already names the version."""
+        suffix = path[3:] if path.startswith("/v1/") or path == "/v1" else path
+        return self.base_url + suffix
+
+    async def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: bytes = b"",
+        headers: Iterable[tuple[str, str]],
+        content: bytes | AsyncIterator[bytes],
+    ) -> UpstreamResponse:
+        """Send the request and wait for the response headers (time to first byte)."""
+        # The raw query, not re-encoded; none at all (not a bare "?") when it is empty.
+        url = httpx.URL(self.url(path), query=query) if query else httpx.URL(self.url(path))
+        request = self.client.build_request(
+            method,
+            url,
+            headers=list(headers),
+            content=content,
+        )
+        first_byte_s = self.config.timeouts.first_byte_s
+        try:
+            async with asyncio.timeout(first_byte_s):
+                response = await self.client.send(request, stream=True)
+        except TimeoutError:
+            raise UpstreamTimeout(f"upstream sent no response within {first_byte_s:g} s") from None
+        except httpx.ConnectTimeout:
+            raise UpstreamTimeout("timed out connecting to the upstream") from None
+        except httpx.PoolTimeout:
+            raise UpstreamUnreachable("no upstream connection became free in time") from None
+        except httpx.HTTPError as error:
+            raise UpstreamUnreachable(
+                f"cannot reach the upstream: {type(error).__name__}"
+            ) from None
+        return UpstreamResponse(
+            status_code=response.status_code,
+            headers=list(response.headers.multi_items()),
+            _response=response,
+            _idle_s=self.config.timeouts.idle_s,
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

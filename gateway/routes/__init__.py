@@ -1,0 +1,1 @@
+"""HTTP routes: the IO edge facing clients."""

@@ -1,0 +1,231 @@
+"""``POST /v1/chat/completions``: the memory proxy.
+
+For a request with ``X-Session-Id``: load the session (one Redis round trip), plan the
+context (pure), forward it, relay the answer as it arrives, and record the turn once the
+upstream has ended it cleanly — before the last bytes reach the client, so a client that
+saw ``[DONE]`` finds its turn in memory on its next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.chat_request import ChatRequest, parse_chat_request
+from gateway.config import Settings
+from gateway.errors import (
+    InvalidRequest,
+    MemoryUnavailable,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    sse_error_event,
+)
+from gateway.identity import Identity, MemoryMode, check_id, memory_mode
+from gateway.memory.model import Message
+from gateway.memory.service import MemoryService, Turn
+from gateway.proxy.accumulate import StreamAccumulator, message_from_completion
+from gateway.proxy.headers import request_headers, response_headers
+from gateway.proxy.sse import SSEDecoder
+from gateway.proxy.upstream import Upstream, UpstreamResponse, UpstreamStreamBroken
+from gateway.routes.passthrough import Passthrough
+from gateway.routes.relay import (
+    CLIENT_CLOSED,
+    ClientGone,
+    read_body,
+    streamed,
+    unless_client_leaves,
+)
+from gateway.store.redis_store import StoreUnavailable
+from gateway.tenancy import Tenants
+
+log = logging.getLogger(__name__)
+
+_MEMORY_OFF = {"x-memory-status": "off"}
+
+
+class ChatCompletions:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        upstream: Upstream,
+        memory: MemoryService,
+        tenants: Tenants,
+        passthrough: Passthrough,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.memory = memory
+        self.tenants = tenants
+        self.passthrough = passthrough
+        self.clock = clock
+        # Recording tasks run to completion even if their request is cancelled.
+        self._recordings: set[asyncio.Task[bool]] = set()
+
+    async def handle(self, request: Request) -> Response:
+        session_id = request.headers.get("x-session-id")
+        if session_id is None:
+            if self.settings.server.require_session:
+                raise InvalidRequest(
+                    "X-Session-Id header is required", param="X-Session-Id", code="missing_session"
+                )
+            return await self.passthrough.forward(request, extra=_MEMORY_OFF)
+        body = await read_body(request, self.settings.server.max_body_bytes)
+        mode = memory_mode(request.headers)
+        user_id = request.headers.get("x-user-id")
+        check_id(session_id, "X-Session-Id")
+        if user_id is not None:
+            check_id(user_id, "X-User-Id")
+        chat = parse_chat_request(body)
+        if mode is MemoryMode.OFF:
+            return await self.passthrough.forward(
+                request, body=body, extra={"x-memory-status": "off"}
+            )
+
+        try:
+            tenant = await self.tenants.tenant_of(request.headers)
+            identity = Identity(tenant, session_id, user_id, mode)
+            turn = await self.memory.prepare(identity, chat.messages, chat.model)
+        except StoreUnavailable as error:
+            if self.settings.redis.on_failure == "closed":
+                raise MemoryUnavailable(
+                    "memory store unavailable; the gateway is configured to fail closed"
+                ) from None
+            log.warning("memory degraded for this request: %s", error)
+            return await self.passthrough.forward(
+                request, body=body, extra={"x-memory-status": "degraded"}
+            )
+        if not turn.plan.new:
+            # Nothing new to answer (the request ends with an assistant message, as in a
+            # prefill): forward as sent rather than guess.
+            return await self.passthrough.forward(
+                request, body=body, extra={"x-memory-status": "off"}
+            )
+        return await self._forward(request, chat, turn)
+
+    async def _forward(self, request: Request, chat: ChatRequest, turn: Turn) -> Response:
+        content = json.dumps(
+            {**chat.body, "messages": turn.context.openai_messages()}, ensure_ascii=False
+        ).encode()
+        headers = request_headers(
+            request.headers.items(),
+            api_key=self.settings.upstream.api_key,
+            strip_gateway_headers=True,
+            identity_encoding=True,
+        )
+        opening = self.upstream.open(
+            "POST",
+            request.url.path,
+            query=request.scope.get("query_string", b""),
+            headers=headers,
+            content=content,
+        )
+        memory_headers = {
+            "x-memory-status": "ok",
+            "x-memory-context-tokens": str(turn.context.receipt.total_tokens),
+            "x-memory-receipt": turn.context.receipt.header(),
+        }
+        record = turn.identity.mode is MemoryMode.ON
+        try:
+            if not chat.stream:
+                return await unless_client_leaves(
+                    request, self._complete(opening, turn, memory_headers, record)
+                )
+            upstream = await unless_client_leaves(request, opening)
+        except ClientGone:
+            return Response(status_code=CLIENT_CLOSED)
+        if upstream.status_code != 200:
+            return streamed(
+                upstream, self._relay(upstream, None), decoded=True, extra=memory_headers
+            )
+        return streamed(
+            upstream,
+            self._relay(upstream, turn if record else None),
+            decoded=True,
+            extra=memory_headers,
+        )
+
+    async def _complete(
+        self,
+        opening: Awaitable[UpstreamResponse],
+        turn: Turn,
+        memory_headers: dict[str, str],
+        record: bool,
+    ) -> Response:
+        upstream = await opening
+        try:
+            raw = await upstream.read()
+        except UpstreamStreamBroken as error:
+            if error.timeout:
+                raise UpstreamTimeout(str(error)) from None
+            raise UpstreamUnreachable(str(error)) from None
+        finally:
+            await upstream.aclose()
+        headers = dict(memory_headers)
+        if upstream.status_code == 200 and record:
+            try:
+                answer = message_from_completion(json.loads(raw))
+            except ValueError:
+                answer = None
+            if answer is not None and not await self._record(turn, answer):
+                headers["x-memory-status"] = "degraded"
+        response = Response(raw, status_code=upstream.status_code)
+        response.raw_headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1"))
+            for k, v in response_headers(upstream.headers, decoded=True)
+        ] + [(k.encode(), v.encode()) for k, v in headers.items()]
+        response.headers["content-length"] = str(len(raw))
+        return response
+
+    async def _relay(self, upstream: UpstreamResponse, turn: Turn | None) -> AsyncIterator[bytes]:
+        """Pass the stream through chunk by chunk while watching it for a clean end."""
+        decoder = SSEDecoder()
+        answer = StreamAccumulator()
+        recorded = False
+        try:
+            async for chunk in upstream.iter_body(decoded=True):
+                if turn is not None:
+                    for event in decoder.feed(chunk):
+                        answer.add(event.data)
+                    if answer.done and not recorded:
+                        recorded = True
+                        if answer.complete:
+                            await self._record(turn, answer.message())
+                yield chunk
+            if turn is not None and not recorded and answer.complete:
+                await self._record(turn, answer.message())
+        except UpstreamStreamBroken as error:
+            # Headers are gone: report in-band, and no [DONE] so the client knows.
+            log.warning("upstream stream ended abnormally: %s", error)
+            code = "upstream_timeout" if error.timeout else "upstream_stream_broken"
+            yield sse_error_event(str(error), "upstream_error", code)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await upstream.aclose()
+
+    async def _record(self, turn: Turn, answer: Message) -> bool:
+        """Record the turn whole: shielded, so a disconnect cannot cut it half-way."""
+        task = asyncio.ensure_future(self._record_now(turn, answer))
+        self._recordings.add(task)
+        task.add_done_callback(self._recordings.discard)
+        with anyio.CancelScope(shield=True):
+            recorded = await asyncio.shield(task)
+        return recorded
+
+    async def _record_now(self, turn: Turn, answer: Message) -> bool:
+        try:
+            await self.memory.record(turn, answer, now=self.clock())
+        except StoreUnavailable as error:
+            # The answer reached the client; only memory of it is lost. A client that
+            # resends its history will bring the turn back (see reconcile).
+            log.warning("turn not recorded: %s", error)
+            return False
+        return True

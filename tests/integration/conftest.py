@@ -1,0 +1,210 @@
+"""Integration fixtures: a private redis-server, a real fake upstream, gateways on sockets.
+
+Every bearer key a test uses comes from ``api_key`` and is registered; when the session
+ends, every Redis key and value and every log record captured is scanned for those keys
+(and for any 8-character piece of one). Finding one fails the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.app import create_app
+from gateway.config import Settings, parse_settings
+from gateway.proxy.upstream import Upstream
+from gateway.store.redis_store import RedisStore, create_client
+from gateway.tokens import TokenCounter
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import RedisProcess, ServerThread
+
+pytestmark = pytest.mark.integration
+
+USED_KEYS: list[str] = []
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+def secret_pieces(key: str) -> set[str]:
+    return {key[i : i + 8] for i in range(len(key) - 7)}
+
+
+def find_secrets(blobs: list[bytes | str], keys: list[str]) -> list[str]:
+    pieces = set().union(*(secret_pieces(k) for k in keys)) if keys else set()
+    found = []
+    for blob in blobs:
+        text = blob.decode("utf-8", "replace") if isinstance(blob, bytes) else blob
+        found += [piece for piece in pieces if piece in text]
+    return found
+
+
+def redis_dump(client: Any) -> list[bytes]:
+    blobs: list[bytes] = []
+    for key in client.scan_iter(count=1000):
+        blobs.append(key)
+        kind = client.type(key)
+        if kind == b"string":
+            blobs.append(client.get(key))
+        elif kind == b"list":
+            blobs += client.lrange(key, 0, -1)
+        elif kind == b"hash":
+            for field, value in client.hgetall(key).items():
+                blobs += [field, value]
+        elif kind == b"set":
+            blobs += list(client.smembers(key))
+        elif kind == b"zset":
+            blobs += [m for m, _ in client.zrange(key, 0, -1, withscores=True)]
+        elif kind == b"stream":
+            for _, fields in client.xrange(key):
+                for field, value in fields.items():
+                    blobs += [field, value]
+    return blobs
+
+
+@pytest.fixture(scope="session")
+def log_capture() -> Iterator[_Capture]:
+    handler = _Capture()
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    yield handler
+    root.removeHandler(handler)
+    root.setLevel(previous)
+
+
+@pytest.fixture(scope="session")
+def redis_server(log_capture: _Capture) -> Iterator[RedisProcess]:
+    server = RedisProcess().start()
+    yield server
+    try:
+        client = server.client()
+        leaks = find_secrets(redis_dump(client), USED_KEYS)
+        leaks += find_secrets(log_capture.lines, USED_KEYS)
+        client.close()
+        assert not leaks, f"bearer key material found in Redis or logs: {sorted(set(leaks))[:5]}"
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def fake_upstream_server() -> Iterator[tuple[FakeUpstream, ServerThread]]:
+    fake = FakeUpstream()
+    with ServerThread(fake.app()) as thread:
+        yield fake, thread
+
+
+@pytest.fixture
+def fake_upstream(fake_upstream_server: tuple[FakeUpstream, ServerThread]) -> FakeUpstream:
+    fake, _ = fake_upstream_server
+    fake.requests.clear()
+    fake.disconnects.clear()
+    return fake
+
+
+@pytest.fixture
+def upstream_url(fake_upstream_server: tuple[FakeUpstream, ServerThread]) -> str:
+    return fake_upstream_server[1].url + "/v1"
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Settings:
+    base = {
+        "upstream": {"base_url": upstream_url, "timeouts": {"first_byte_s": 5, "idle_s": 5}},
+        "redis": {"url": redis_url},
+        "memory": {"preset": "hybrid"},
+    }
+    return parse_settings(_merge(base, overrides), environ={})
+
+
+def start_gateway(settings: Settings) -> ServerThread:
+    timeout_s = settings.redis.timeout_ms / 1000
+    store = RedisStore(
+        create_client(settings.redis.url, timeout_s=timeout_s, max_connections=16),
+        timeout_s=timeout_s,
+        retention_s=int(settings.redis.retention_days * 86400),
+    )
+    upstream = Upstream(settings.upstream)
+    app = create_app(settings, upstream=upstream, store=store, tokenizer=TokenCounter())
+
+    async def close() -> None:
+        await upstream.aclose()
+        await store.close()
+
+    return ServerThread(app, on_stop=close).start()
+
+
+GatewayFactory = Callable[..., ServerThread]
+
+
+@pytest.fixture
+def make_gateway(upstream_url: str, redis_server: RedisProcess) -> Iterator[GatewayFactory]:
+    started: list[ServerThread] = []
+
+    def make(redis_url: str | None = None, **overrides: Any) -> ServerThread:
+        settings = build_settings(upstream_url, redis_url or redis_server.url, **overrides)
+        thread = start_gateway(settings)
+        started.append(thread)
+        return thread
+
+    yield make
+    for thread in started:
+        thread.stop()
+
+
+@pytest.fixture
+def gateway(make_gateway: GatewayFactory) -> ServerThread:
+    return make_gateway()
+
+
+@pytest.fixture
+def api_key() -> str:
+    key = "sk-test-" + secrets.token_urlsafe(24)
+    USED_KEYS.append(key)
+    return key
+
+
+@pytest.fixture
+def session_id() -> str:
+    return f"sess-{uuid.uuid4().hex[:12]}"
+
+
+_OPEN_CLIENTS: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_sdk_clients() -> Iterator[None]:
+    yield
+    while _OPEN_CLIENTS:
+        _OPEN_CLIENTS.pop().close()
+
+
+def sdk(gateway: ServerThread, key: str, session: str | None, **headers: str) -> openai.OpenAI:
+    """The real OpenAI SDK pointed at the gateway, as a user's app would be."""
+    default_headers = dict(headers)
+    if session is not None:
+        default_headers["X-Session-Id"] = session
+    client = openai.OpenAI(
+        base_url=gateway.url + "/v1", api_key=key, default_headers=default_headers, max_retries=0
+    )
+    _OPEN_CLIENTS.append(client)
+    return client

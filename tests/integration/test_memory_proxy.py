@@ -1,0 +1,311 @@
+"""The memory proxy end to end: real OpenAI SDK → gateway → real fake upstream, real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from gateway.identity import tenant_id
+from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
+from tests.integration.conftest import GatewayFactory, sdk
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import RedisProcess, ServerThread
+
+pytestmark = pytest.mark.integration
+
+
+def stored_log(redis_server: RedisProcess, key: str, session: str) -> list[dict]:
+    client = redis_server.client()
+    secret = client.get(TENANT_SECRET_KEY)
+    assert secret is not None
+    keys = SessionKeys(tenant_id(secret, key), session)
+    items = [json.loads(raw) for raw in client.lrange(keys.log, 0, -1)]
+    client.close()
+    return items
+
+
+def roles_and_text(log: list[dict]) -> list[tuple[str, str | None]]:
+    return [(m["role"], m["content"]) for m in log]
+
+
+def test_model_remembers_across_turns_when_client_sends_only_new_messages(
+    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    first = client.chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "Hi, my name is Ada."}]
+    )
+    assert first.headers["x-memory-status"] == "ok"
+    assert int(first.headers["x-memory-context-tokens"]) > 0
+    assert first.parse().choices[0].message.content == "ack: Hi, my name is Ada."
+    client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "I like tea."}])
+
+    answer = client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "What is my name?"}]
+    )
+    assert answer.choices[0].message.content == "Your name is Ada."
+    forwarded = fake_upstream.last_messages()
+    assert [m["content"] for m in forwarded][:2] == ["Hi, my name is Ada.", "ack: Hi, my name is Ada."]
+    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [
+        ("user", "Hi, my name is Ada."),
+        ("assistant", "ack: Hi, my name is Ada."),
+        ("user", "I like tea."),
+        ("assistant", "ack: I like tea."),
+        ("user", "What is my name?"),
+        ("assistant", "Your name is Ada."),
+    ]
+
+
+def test_streaming_answer_is_relayed_and_recorded(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "my city is Lyon"}])
+    stream = client.chat.completions.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": "What is my city?"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Your city is Lyon."
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 15
+    log = stored_log(redis_server, api_key, session_id)
+    assert log[-1] == {**log[-1], "role": "assistant", "content": "Your city is Lyon."}
+    assert len(log) == 4
+
+
+def test_stream_is_passed_through_chunk_by_chunk_with_done(
+    gateway: ServerThread, api_key: str, session_id: str
+) -> None:
+    arrivals: list[float] = []
+    raw = b""
+    body = {"model": "slow-stream", "stream": True, "messages": [{"role": "user", "content": "a b c d e"}]}
+    headers = {"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id}
+    start = time.monotonic()
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for piece in response.iter_raw():
+            arrivals.append(time.monotonic() - start)
+            raw += piece
+    assert raw.endswith(b"data: [DONE]\n\n")
+    # Five words 0.3 s apart: the first must reach us long before the last was produced.
+    assert arrivals[0] < 0.6 and arrivals[-1] > 1.2, arrivals
+
+
+def test_full_history_resend_never_duplicates(
+    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    history: list[dict] = [{"role": "system", "content": "You are terse."}]
+    for n in range(6):
+        history.append({"role": "user", "content": f"message {n}"})
+        answer = client.chat.completions.create(model="fake-model", messages=history)
+        history.append({"role": "assistant", "content": answer.choices[0].message.content})
+    log = stored_log(redis_server, api_key, session_id)
+    assert [m["content"] for m in log] == [m["content"] for m in history[1:]]
+    forwarded = fake_upstream.last_messages()
+    assert forwarded[0] == {"role": "system", "content": "You are terse."}
+    assert sum(1 for m in forwarded if m["role"] == "system") == 1  # system kept once, not stored
+    # hybrid keeps the last 8 messages verbatim, then the new one
+    assert [m["content"] for m in forwarded[1:]] == [m["content"] for m in history[-10:-1]][-9:]
+
+
+def test_regenerate_replaces_the_stored_answer(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    turn1 = [{"role": "user", "content": "first"}]
+    a1 = client.chat.completions.create(model="fake-model", messages=turn1).choices[0].message.content
+    client.chat.completions.create(model="fake-model", messages=turn1)  # regenerate turn 1
+    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [("user", "first"), ("assistant", a1)]
+
+    turn2 = [*turn1, {"role": "assistant", "content": a1}, {"role": "user", "content": "second"}]
+    client.chat.completions.create(model="fake-model", messages=turn2)
+    client.chat.completions.create(model="fake-model", messages=turn2, stream=False)
+    list(client.chat.completions.create(model="fake-model", messages=turn2, stream=True))
+    log = stored_log(redis_server, api_key, session_id)
+    assert roles_and_text(log) == [
+        ("user", "first"),
+        ("assistant", a1),
+        ("user", "second"),
+        ("assistant", "ack: second"),
+    ]
+
+
+def test_single_message_client_repeating_itself_is_a_new_turn(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    for text in ("hello", "continue", "continue"):
+        client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": text}])
+    assert [m["content"] for m in stored_log(redis_server, api_key, session_id) if m["role"] == "user"] == [
+        "hello",
+        "continue",
+        "continue",
+    ]
+
+
+def test_missed_turns_are_imported_from_a_resent_history(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    history = [
+        {"role": "user", "content": "my color is teal"},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "what is my color?"},
+    ]
+    assert client.chat.completions.create(model="fake-model", messages=history).choices[0].message.content == (
+        "Your color is teal."
+    )
+    assert [m["content"] for m in stored_log(redis_server, api_key, session_id)] == [
+        "my color is teal",
+        "noted",
+        "what is my color?",
+        "Your color is teal.",
+    ]
+
+
+def test_tool_calls_and_results_are_recorded_and_forwarded_together(
+    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    messages: list = [{"role": "user", "content": "weather in Paris?"}]
+    stream = client.chat.completions.create(model="tool-caller", messages=messages, tools=tools, stream=True)
+    calls: dict[int, dict] = {}
+    for chunk in stream:
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            slot = calls.setdefault(call.index, {"id": call.id, "name": call.function.name, "arguments": ""})
+            slot["arguments"] += call.function.arguments or ""
+    assert calls[0]["arguments"] == '{"city": "Paris"}'
+    assistant = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": calls[0]["arguments"]}}],
+    }  # fmt: skip
+    messages += [assistant, {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21C"}]
+    final = client.chat.completions.create(model="tool-caller", messages=messages, tools=tools)
+    assert final.choices[0].message.content == "The tool said: sunny, 21C"
+    forwarded = fake_upstream.last_messages()
+    assert [m["role"] for m in forwarded] == ["user", "assistant", "tool"]
+    assert forwarded[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+    log = stored_log(redis_server, api_key, session_id)
+    assert [m["role"] for m in log] == ["user", "assistant", "tool", "assistant"]
+    assert log[1]["tool_calls"][0]["id"] == "call_1" and log[2]["tool_call_id"] == "call_1"
+
+
+def test_tenants_are_isolated_under_the_same_session_id(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    other_key = api_key[::-1] + "x"
+    from tests.integration.conftest import USED_KEYS
+
+    USED_KEYS.append(other_key)
+    sdk(gateway, api_key, session_id).chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "my password is hunter2"}]
+    )
+    answer = sdk(gateway, other_key, session_id).chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "What is my password?"}]
+    )
+    assert answer.choices[0].message.content == "I don't know your password."
+    assert all("hunter2" not in json.dumps(m) for m in fake_upstream.last_messages())
+
+
+def test_memory_modes_read_and_off(
+    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "my pet is Rex"}])
+    reader = sdk(gateway, api_key, session_id, **{"X-Memory-Mode": "read"})
+    read = reader.chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "what is my pet?"}]
+    )
+    assert read.parse().choices[0].message.content == "Your pet is Rex."
+    assert read.headers["x-memory-status"] == "ok"
+    off = sdk(gateway, api_key, session_id, **{"X-Memory-Mode": "off"}).chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "what is my pet?"}]
+    )
+    assert off.parse().choices[0].message.content == "I don't know your pet."
+    assert off.headers["x-memory-status"] == "off"
+    assert len(stored_log(redis_server, api_key, session_id)) == 2  # read and off recorded nothing
+
+
+def test_no_session_header_is_a_pure_passthrough(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str
+) -> None:
+    raw = b'{"model": "fake-model",   "messages": [{"role": "user", "content": "x"}], "seed": 7}'
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        content=raw,
+        headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+    )
+    assert response.status_code == 200
+    assert response.headers["x-memory-status"] == "off"
+    assert fake_upstream.chat_requests()[-1].body == raw  # byte for byte
+
+
+def test_require_session_rejects_requests_without_it(make_gateway: GatewayFactory, api_key: str) -> None:
+    gateway = make_gateway(server={"require_session": True})
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]},
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "missing_session"
+
+
+def test_gateway_headers_are_not_forwarded_but_the_key_is(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    sdk(gateway, api_key, session_id, **{"X-User-Id": "u1"}).chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "hi"}]
+    )
+    seen = fake_upstream.chat_requests()[-1].headers
+    assert "x-session-id" not in seen and "x-user-id" not in seen
+    assert seen["authorization"] == f"Bearer {api_key}"
+
+
+def test_configured_upstream_key_replaces_the_client_key(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    gateway = make_gateway(upstream={"api_key": "sk-upstream-configured"})
+    sdk(gateway, api_key, session_id).chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert fake_upstream.chat_requests()[-1].headers["authorization"] == "Bearer sk-upstream-configured"
+
+
+def test_memory_survives_a_gateway_restart(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
+    first = make_gateway()
+    sdk(first, api_key, session_id).chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "my dog is Fido"}]
+    )
+    first.stop()
+    second = make_gateway()
+    answer = sdk(second, api_key, session_id).chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "what is my dog?"}]
+    )
+    assert answer.choices[0].message.content == "Your dog is Fido."
+
+
+def test_user_id_is_stored_with_the_session(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    sdk(gateway, api_key, session_id, **{"X-User-Id": "user-42"}).chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "hi"}]
+    )
+    client = redis_server.client()
+    keys = SessionKeys(tenant_id(client.get(TENANT_SECRET_KEY), api_key), session_id)
+    meta = client.hgetall(keys.meta)
+    assert meta[b"user_id"] == b"user-42" and meta[b"sid"] == session_id.encode()
+    assert 29 * 86400 < client.ttl(keys.log) <= 30 * 86400  # retention, refreshed on activity
+    client.close()

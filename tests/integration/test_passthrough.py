@@ -1,0 +1,66 @@
+"""Every other /v1 path is proxied untouched; cookies and redirects stay the client's business."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import ServerThread
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE"])
+def test_method_query_body_and_status_pass_untouched(
+    gateway: ServerThread, fake_upstream: FakeUpstream, method: str
+) -> None:
+    body = b'{"input": ["a", "b"],  "model": "emb"}' if method != "GET" else b""
+    response = httpx.request(
+        method,
+        gateway.url + "/v1/echo/embeddings?status=201&b=%2F+x&a=1",
+        content=body,
+        headers={"Authorization": "Bearer sk-pass", "X-Custom": "kept"},
+    )
+    assert response.status_code == 201
+    echoed = response.json()
+    assert echoed["method"] == method
+    assert echoed["path"] == "/v1/echo/embeddings"
+    assert echoed["query"] == "status=201&b=%2F+x&a=1"
+    assert echoed["body"] == body.decode()
+    assert echoed["headers"]["x-custom"] == "kept"
+    assert echoed["headers"]["authorization"] == "Bearer sk-pass"
+    assert response.headers["x-upstream"] == "echo"
+    assert "keep-alive" not in response.headers  # hop-by-hop stays on its hop
+
+
+def test_models_list(gateway: ServerThread) -> None:
+    response = httpx.get(gateway.url + "/v1/models")
+    assert response.status_code == 200
+    assert response.json()["data"][0]["id"] == "fake-model"
+
+
+def test_redirects_are_returned_not_followed(gateway: ServerThread, fake_upstream: FakeUpstream) -> None:
+    response = httpx.get(gateway.url + "/v1/redirect")
+    assert response.status_code == 302
+    assert response.headers["location"] == "/v1/models"
+    assert [r.path for r in fake_upstream.requests] == ["/v1/redirect"]
+
+
+def test_upstream_cookies_are_never_replayed_for_another_client(
+    gateway: ServerThread, fake_upstream: FakeUpstream
+) -> None:
+    first = httpx.get(gateway.url + "/v1/echo/a")
+    assert "upstream-session" in first.headers["set-cookie"]  # the client that caused it sees it
+    httpx.get(gateway.url + "/v1/echo/b")
+    assert "cookie" not in fake_upstream.requests[-1].headers
+
+
+def test_unknown_path_outside_v1_is_an_openai_style_404(gateway: ServerThread) -> None:
+    response = httpx.get(gateway.url + "/nope")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found"
+
+
+def test_healthz(gateway: ServerThread) -> None:
+    assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok", "redis": "ok"}

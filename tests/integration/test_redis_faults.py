@@ -1,0 +1,57 @@
+"""Memory when Redis is down: fail-open answers degraded and fast, fail-closed refuses fast."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.conftest import GatewayFactory, sdk
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port, running_redis
+
+pytestmark = pytest.mark.integration
+
+
+def test_fail_open_serves_degraded_then_memory_resumes_after_restart(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    with running_redis(appendonly=True) as redis_server:
+        gateway = make_gateway(redis_url=redis_server.url)
+        client = sdk(gateway, api_key, session_id)
+        client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "my tea is oolong"}])
+
+        redis_server.stop()
+        start = time.monotonic()
+        raw = client.chat.completions.with_raw_response.create(
+            model="fake-model", messages=[{"role": "user", "content": "what is my tea?"}]
+        )
+        elapsed = time.monotonic() - start
+        assert raw.headers["x-memory-status"] == "degraded"
+        assert raw.parse().choices[0].message.content == "I don't know your tea."
+        assert fake_upstream.last_messages() == [{"role": "user", "content": "what is my tea?"}]
+        assert elapsed < 1.0, f"degraded answer took {elapsed:.3f} s"
+
+        redis_server.start()  # same port, same AOF directory
+        again = client.chat.completions.with_raw_response.create(
+            model="fake-model", messages=[{"role": "user", "content": "what is my tea?"}]
+        )
+        assert again.headers["x-memory-status"] == "ok"
+        assert again.parse().choices[0].message.content == "Your tea is oolong."
+
+
+def test_fail_closed_returns_503_fast(make_gateway: GatewayFactory, api_key: str, session_id: str) -> None:
+    gateway = make_gateway(
+        redis_url=f"redis://127.0.0.1:{free_port()}/0", redis={"on_failure": "closed"}
+    )
+    import httpx
+
+    start = time.monotonic()
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]},
+        headers={"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id},
+    )
+    assert response.status_code == 503
+    assert response.json()["error"]["type"] == "memory_unavailable"
+    assert time.monotonic() - start < 1.0

