@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -47,8 +47,17 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    settings: Settings, *, upstream: Upstream, store: RedisStore, tokenizer: TokenCounter
+    settings: Settings,
+    *,
+    upstream: Upstream,
+    store: RedisStore,
+    tokenizer: TokenCounter,
+    resources: AbstractAsyncContextManager[object] | None = None,
 ) -> Starlette:
+    """The ASGI app. ``resources`` is entered before start-up and left after shutdown:
+    the caller's processes and clients (the embedded Redis, say) live exactly as long as
+    the server does, whichever way the server is stopped.
+    """
     tenants = Tenants(store, settings.server.tenant_secret)
     passthrough = Passthrough(upstream, settings.upstream.api_key)
     chat = ChatCompletions(
@@ -61,12 +70,15 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            await tenants.load(timeout_s=2.0)
-        except StoreUnavailable as error:
-            # Serve anyway (fail-open); the secret is fetched again on the next request.
-            log.warning("redis not reachable at start-up: %s", error)
-        yield
+        async with AsyncExitStack() as stack:
+            if resources is not None:
+                await stack.enter_async_context(resources)
+            try:
+                await tenants.load(timeout_s=2.0)
+            except StoreUnavailable as error:
+                # Serve anyway (fail-open); the secret is fetched again on the next request.
+                log.warning("redis not reachable at start-up: %s", error)
+            yield
 
     return Starlette(
         routes=[

@@ -75,14 +75,16 @@ def _param(body: Any, error: ErrorDetails) -> str:
     parts: list[str] = []
     node = body
     for part in error["loc"]:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        else:
+        present = (
+            part in node
+            if isinstance(node, dict)
+            else isinstance(node, list) and isinstance(part, int) and part < len(node)
+        )
+        if not present:
             if error["type"] == "missing":
                 parts.append(str(part))
             break
+        node = node[part]
         parts.append(str(part))
     return ".".join(parts)
 

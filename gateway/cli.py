@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import uvicorn
 
@@ -24,37 +24,35 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     from gateway.store.redis_store import RedisStore, create_client
     from gateway.tokens import TokenCounter
 
-    embedded = None
-    url = settings.redis.url
-    if url == "embedded":
-        embedded = EmbeddedRedis(settings.redis.data_dir)
-        url = await embedded.start()
+    embedded = EmbeddedRedis(settings.redis.data_dir) if settings.redis.url == "embedded" else None
+    url = embedded.url if embedded is not None else settings.redis.url
     timeout_s = settings.redis.timeout_ms / 1000
+    # Clients connect lazily: creating them before the embedded server is up is fine.
     store = RedisStore(
         create_client(url, timeout_s=timeout_s, max_connections=settings.redis.max_connections),
         timeout_s=timeout_s,
         retention_s=int(settings.redis.retention_days * 86400),
     )
     upstream = Upstream(settings.upstream)
-    app = create_app(settings, upstream=upstream, store=store, tokenizer=TokenCounter())
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level=settings.server.log_level,
-            # Access logs carry paths only, never bodies or headers.
-            access_log=True,
-            lifespan="on",
-        )
-    )
-    try:
-        await server.serve()
-    finally:
-        await upstream.aclose()
-        await store.close()
+
+    @contextlib.asynccontextmanager
+    async def resources() -> AsyncIterator[None]:
         if embedded is not None:
-            await embedded.stop()
+            await embedded.start()
+        try:
+            yield
+        finally:
+            await upstream.aclose()
+            await store.close()
+            if embedded is not None:
+                await embedded.stop()
+
+    app = create_app(
+        settings, upstream=upstream, store=store, tokenizer=TokenCounter(), resources=resources()
+    )
+    # Access logs carry method, path and status only: never bodies or headers.
+    config = uvicorn.Config(app, host=host, port=port, log_level=settings.server.log_level)
+    await uvicorn.Server(config).serve()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.server.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # httpx logs every request line at INFO: one line per chat message is noise.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the normal way to stop
         asyncio.run(
             _serve(settings, args.host or settings.server.host, args.port or settings.server.port)

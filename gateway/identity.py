@@ -44,18 +44,26 @@ def tenant_id(secret: bytes, key: str) -> str:
     return hmac.new(secret, key.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def check_id(value: str, header: str) -> str:
-    """Session and user ids: 1 to 128 printable characters, no control characters.
+def header_id(headers: Headers, header: str) -> str | None:
+    """A session or user id header, checked; None when absent.
 
-    ASGI servers decode header bytes as latin-1; clients send UTF-8. We undo the former
-    so that "café" is one id whichever way it arrives.
+    ASGI servers decode header bytes as latin-1, clients send UTF-8: decode the bytes
+    again so that "café" is one id whichever way it arrives.
     """
+    raw = headers.get(header)
+    if raw is None:
+        return None
     try:
-        value = value.encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
+        value = raw.encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError:
         raise InvalidRequest(
             f"{header} must be valid UTF-8", param=header, code="invalid_header"
         ) from None
+    return check_id(value, header)
+
+
+def check_id(value: str, header: str) -> str:
+    """Session and user ids: 1 to 128 printable characters, no control characters."""
     if not value or len(value) > MAX_ID_LENGTH:
         raise InvalidRequest(
             f"{header} must be 1 to {MAX_ID_LENGTH} characters long",

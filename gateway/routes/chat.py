@@ -27,7 +27,7 @@ from gateway.errors import (
     UpstreamUnreachable,
     sse_error_event,
 )
-from gateway.identity import Identity, MemoryMode, check_id, memory_mode
+from gateway.identity import Identity, MemoryMode, header_id, memory_mode
 from gateway.memory.model import Message
 from gateway.memory.service import MemoryService, Turn
 from gateway.proxy.accumulate import StreamAccumulator, message_from_completion
@@ -71,7 +71,7 @@ class ChatCompletions:
         self._recordings: set[asyncio.Task[bool]] = set()
 
     async def handle(self, request: Request) -> Response:
-        session_id = request.headers.get("x-session-id")
+        session_id = header_id(request.headers, "X-Session-Id")
         if session_id is None:
             if self.settings.server.require_session:
                 raise InvalidRequest(
@@ -80,15 +80,10 @@ class ChatCompletions:
             return await self.passthrough.forward(request, extra=_MEMORY_OFF)
         body = await read_body(request, self.settings.server.max_body_bytes)
         mode = memory_mode(request.headers)
-        user_id = request.headers.get("x-user-id")
-        check_id(session_id, "X-Session-Id")
-        if user_id is not None:
-            check_id(user_id, "X-User-Id")
+        user_id = header_id(request.headers, "X-User-Id")
         chat = parse_chat_request(body)
         if mode is MemoryMode.OFF:
-            return await self.passthrough.forward(
-                request, body=body, extra={"x-memory-status": "off"}
-            )
+            return await self.passthrough.forward(request, body=body, extra=_MEMORY_OFF)
 
         try:
             tenant = await self.tenants.tenant_of(request.headers)
@@ -106,9 +101,7 @@ class ChatCompletions:
         if not turn.plan.new:
             # Nothing new to answer (the request ends with an assistant message, as in a
             # prefill): forward as sent rather than guess.
-            return await self.passthrough.forward(
-                request, body=body, extra={"x-memory-status": "off"}
-            )
+            return await self.passthrough.forward(request, body=body, extra=_MEMORY_OFF)
         return await self._forward(request, chat, turn)
 
     async def _forward(self, request: Request, chat: ChatRequest, turn: Turn) -> Response:

@@ -23,8 +23,18 @@ VALID = b'{"model": "fake-model", "messages": [{"role": "user", "content": "x"}]
         (b'{"model": "m"}', {}, 400, "messages"),
         (b'{"model": "m", "messages": "hi"}', {}, 400, "messages"),
         (b'{"model": "m", "messages": []}', {}, 400, "messages"),
-        (b'{"model": "m", "messages": [{"role": "wizard", "content": "x"}]}', {}, 400, "messages.0.role"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', {}, 400, "messages.0.content"),
+        (
+            b'{"model": "m", "messages": [{"role": "wizard", "content": "x"}]}',
+            {},
+            400,
+            "messages.0.role",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": 5}]}',
+            {},
+            400,
+            "messages.0.content",
+        ),
         (b'{"model": "m", "stream": "yes", "messages": [{"role": "user"}]}', {}, 400, "stream"),
         (b'{"messages": [{"role": "user", "content": "x"}]}', {}, 400, "model"),
         (b"\xff\xfe", {}, 400, None),
@@ -32,11 +42,20 @@ VALID = b'{"model": "fake-model", "messages": [{"role": "user", "content": "x"}]
         (VALID, {"X-Session-Id": ""}, 400, "X-Session-Id"),
         (VALID, {"X-User-Id": "u" * 200}, 400, "X-User-Id"),
         (VALID, {"X-Memory-Mode": "sometimes"}, 400, "X-Memory-Mode"),
-        (b'{"model": "m", "messages": [' + b'{"role": "user", "content": "x"},' * 20000 + b"]}", {}, 413, None),
+        (
+            b'{"model": "m", "messages": [' + b'{"role": "user", "content": "x"},' * 20000 + b"]}",
+            {},
+            413,
+            None,
+        ),
     ],
 )
 def test_bad_requests_get_an_error_envelope(
-    make_gateway: GatewayFactory, body: bytes, headers: dict[str, str], status: int, param: str | None
+    make_gateway: GatewayFactory,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    param: str | None,
 ) -> None:
     gateway = make_gateway(server={"max_body_bytes": 200_000})
     sent = {"Authorization": "Bearer sk-bad", "X-Session-Id": "s1", **headers}
@@ -50,7 +69,9 @@ def test_bad_requests_get_an_error_envelope(
 
 
 @pytest.mark.parametrize("session", ["abc\tdef", "zero\u200bwidth", "next\u0085line"])
-def test_control_characters_in_session_id_get_an_error_envelope(gateway: ServerThread, session: str) -> None:
+def test_control_characters_in_session_id_get_an_error_envelope(
+    gateway: ServerThread, session: str
+) -> None:
     reply = raw_request(gateway, session.encode("utf-8"))
     assert reply.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), reply[:300]
     assert b'"param":"X-Session-Id"' in reply
@@ -62,9 +83,7 @@ def test_session_id_bytes_the_http_parser_refuses_still_get_a_400(gateway: Serve
     assert reply.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), reply[:300]
 
 
-def test_utf8_session_ids_are_accepted(
-    gateway: ServerThread, api_key: str
-) -> None:
+def test_utf8_session_ids_are_accepted(gateway: ServerThread, api_key: str) -> None:
     reply = raw_request(gateway, "caf\u00e9-\u4f1a\u8a71".encode(), key=api_key)
     assert reply.split(b"\r\n", 1)[0].endswith(b" 200 OK"), reply[:300]
 

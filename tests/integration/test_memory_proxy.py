@@ -32,7 +32,11 @@ def roles_and_text(log: list[dict]) -> list[tuple[str, str | None]]:
 
 
 def test_model_remembers_across_turns_when_client_sends_only_new_messages(
-    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
 ) -> None:
     client = sdk(gateway, api_key, session_id)
     first = client.chat.completions.with_raw_response.create(
@@ -41,14 +45,19 @@ def test_model_remembers_across_turns_when_client_sends_only_new_messages(
     assert first.headers["x-memory-status"] == "ok"
     assert int(first.headers["x-memory-context-tokens"]) > 0
     assert first.parse().choices[0].message.content == "ack: Hi, my name is Ada."
-    client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "I like tea."}])
+    client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "I like tea."}]
+    )
 
     answer = client.chat.completions.create(
         model="fake-model", messages=[{"role": "user", "content": "What is my name?"}]
     )
     assert answer.choices[0].message.content == "Your name is Ada."
     forwarded = fake_upstream.last_messages()
-    assert [m["content"] for m in forwarded][:2] == ["Hi, my name is Ada.", "ack: Hi, my name is Ada."]
+    assert [m["content"] for m in forwarded][:2] == [
+        "Hi, my name is Ada.",
+        "ack: Hi, my name is Ada.",
+    ]
     assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [
         ("user", "Hi, my name is Ada."),
         ("assistant", "ack: Hi, my name is Ada."),
@@ -63,7 +72,9 @@ def test_streaming_answer_is_relayed_and_recorded(
     gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
 ) -> None:
     client = sdk(gateway, api_key, session_id)
-    client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "my city is Lyon"}])
+    client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "my city is Lyon"}]
+    )
     stream = client.chat.completions.create(
         model="fake-model",
         messages=[{"role": "user", "content": "What is my city?"}],
@@ -84,10 +95,16 @@ def test_stream_is_passed_through_chunk_by_chunk_with_done(
 ) -> None:
     arrivals: list[float] = []
     raw = b""
-    body = {"model": "slow-stream", "stream": True, "messages": [{"role": "user", "content": "a b c d e"}]}
+    body = {
+        "model": "slow-stream",
+        "stream": True,
+        "messages": [{"role": "user", "content": "a b c d e"}],
+    }
     headers = {"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id}
     start = time.monotonic()
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers) as response:
+    with httpx.stream(
+        "POST", gateway.url + "/v1/chat/completions", json=body, headers=headers
+    ) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         for piece in response.iter_raw():
             arrivals.append(time.monotonic() - start)
@@ -98,7 +115,11 @@ def test_stream_is_passed_through_chunk_by_chunk_with_done(
 
 
 def test_full_history_resend_never_duplicates(
-    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
 ) -> None:
     client = sdk(gateway, api_key, session_id)
     history: list[dict] = [{"role": "system", "content": "You are terse."}]
@@ -120,9 +141,16 @@ def test_regenerate_replaces_the_stored_answer(
 ) -> None:
     client = sdk(gateway, api_key, session_id)
     turn1 = [{"role": "user", "content": "first"}]
-    a1 = client.chat.completions.create(model="fake-model", messages=turn1).choices[0].message.content
+    a1 = (
+        client.chat.completions.create(model="fake-model", messages=turn1)
+        .choices[0]
+        .message.content
+    )
     client.chat.completions.create(model="fake-model", messages=turn1)  # regenerate turn 1
-    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [("user", "first"), ("assistant", a1)]
+    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [
+        ("user", "first"),
+        ("assistant", a1),
+    ]
 
     turn2 = [*turn1, {"role": "assistant", "content": a1}, {"role": "user", "content": "second"}]
     client.chat.completions.create(model="fake-model", messages=turn2)
@@ -142,8 +170,12 @@ def test_single_message_client_repeating_itself_is_a_new_turn(
 ) -> None:
     client = sdk(gateway, api_key, session_id)
     for text in ("hello", "continue", "continue"):
-        client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": text}])
-    assert [m["content"] for m in stored_log(redis_server, api_key, session_id) if m["role"] == "user"] == [
+        client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": text}]
+        )
+    assert [
+        m["content"] for m in stored_log(redis_server, api_key, session_id) if m["role"] == "user"
+    ] == [
         "hello",
         "continue",
         "continue",
@@ -159,9 +191,9 @@ def test_missed_turns_are_imported_from_a_resent_history(
         {"role": "assistant", "content": "noted"},
         {"role": "user", "content": "what is my color?"},
     ]
-    assert client.chat.completions.create(model="fake-model", messages=history).choices[0].message.content == (
-        "Your color is teal."
-    )
+    assert client.chat.completions.create(model="fake-model", messages=history).choices[
+        0
+    ].message.content == ("Your color is teal.")
     assert [m["content"] for m in stored_log(redis_server, api_key, session_id)] == [
         "my color is teal",
         "noted",
@@ -171,16 +203,26 @@ def test_missed_turns_are_imported_from_a_resent_history(
 
 
 def test_tool_calls_and_results_are_recorded_and_forwarded_together(
-    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
 ) -> None:
     client = sdk(gateway, api_key, session_id)
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    ]
     messages: list = [{"role": "user", "content": "weather in Paris?"}]
-    stream = client.chat.completions.create(model="tool-caller", messages=messages, tools=tools, stream=True)
+    stream = client.chat.completions.create(
+        model="tool-caller", messages=messages, tools=tools, stream=True
+    )
     calls: dict[int, dict] = {}
     for chunk in stream:
         for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
-            slot = calls.setdefault(call.index, {"id": call.id, "name": call.function.name, "arguments": ""})
+            slot = calls.setdefault(
+                call.index, {"id": call.id, "name": call.function.name, "arguments": ""}
+            )
             slot["arguments"] += call.function.arguments or ""
     assert calls[0]["arguments"] == '{"city": "Paris"}'
     assistant = {
@@ -218,17 +260,25 @@ def test_tenants_are_isolated_under_the_same_session_id(
 
 
 def test_memory_modes_read_and_off(
-    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
 ) -> None:
     client = sdk(gateway, api_key, session_id)
-    client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "my pet is Rex"}])
+    client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "my pet is Rex"}]
+    )
     reader = sdk(gateway, api_key, session_id, **{"X-Memory-Mode": "read"})
     read = reader.chat.completions.with_raw_response.create(
         model="fake-model", messages=[{"role": "user", "content": "what is my pet?"}]
     )
     assert read.parse().choices[0].message.content == "Your pet is Rex."
     assert read.headers["x-memory-status"] == "ok"
-    off = sdk(gateway, api_key, session_id, **{"X-Memory-Mode": "off"}).chat.completions.with_raw_response.create(
+    off = sdk(
+        gateway, api_key, session_id, **{"X-Memory-Mode": "off"}
+    ).chat.completions.with_raw_response.create(
         model="fake-model", messages=[{"role": "user", "content": "what is my pet?"}]
     )
     assert off.parse().choices[0].message.content == "I don't know your pet."
@@ -250,7 +300,9 @@ def test_no_session_header_is_a_pure_passthrough(
     assert fake_upstream.chat_requests()[-1].body == raw  # byte for byte
 
 
-def test_require_session_rejects_requests_without_it(make_gateway: GatewayFactory, api_key: str) -> None:
+def test_require_session_rejects_requests_without_it(
+    make_gateway: GatewayFactory, api_key: str
+) -> None:
     gateway = make_gateway(server={"require_session": True})
     response = httpx.post(
         gateway.url + "/v1/chat/completions",
@@ -279,7 +331,10 @@ def test_configured_upstream_key_replaces_the_client_key(
     sdk(gateway, api_key, session_id).chat.completions.create(
         model="fake-model", messages=[{"role": "user", "content": "hi"}]
     )
-    assert fake_upstream.chat_requests()[-1].headers["authorization"] == "Bearer sk-upstream-configured"
+    assert (
+        fake_upstream.chat_requests()[-1].headers["authorization"]
+        == "Bearer sk-upstream-configured"
+    )
 
 
 def test_memory_survives_a_gateway_restart(

@@ -40,7 +40,9 @@ def test_models_list(gateway: ServerThread) -> None:
     assert response.json()["data"][0]["id"] == "fake-model"
 
 
-def test_redirects_are_returned_not_followed(gateway: ServerThread, fake_upstream: FakeUpstream) -> None:
+def test_redirects_are_returned_not_followed(
+    gateway: ServerThread, fake_upstream: FakeUpstream
+) -> None:
     response = httpx.get(gateway.url + "/v1/redirect")
     assert response.status_code == 302
     assert response.headers["location"] == "/v1/models"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -19,7 +20,9 @@ def test_fail_open_serves_degraded_then_memory_resumes_after_restart(
     with running_redis(appendonly=True) as redis_server:
         gateway = make_gateway(redis_url=redis_server.url)
         client = sdk(gateway, api_key, session_id)
-        client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "my tea is oolong"}])
+        client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "my tea is oolong"}]
+        )
 
         redis_server.stop()
         start = time.monotonic()
@@ -40,7 +43,9 @@ def test_fail_open_serves_degraded_then_memory_resumes_after_restart(
         assert again.parse().choices[0].message.content == "Your tea is oolong."
 
 
-def test_fail_closed_returns_503_fast(make_gateway: GatewayFactory, api_key: str, session_id: str) -> None:
+def test_fail_closed_returns_503_fast(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
     gateway = make_gateway(
         redis_url=f"redis://127.0.0.1:{free_port()}/0", redis={"on_failure": "closed"}
     )
@@ -55,3 +60,26 @@ def test_fail_closed_returns_503_fast(make_gateway: GatewayFactory, api_key: str
     assert response.status_code == 503
     assert response.json()["error"]["type"] == "memory_unavailable"
     assert time.monotonic() - start < 1.0
+
+
+def test_black_holed_redis_is_bounded_by_the_deadline(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    # A listening socket nobody accepts from: the kernel completes the handshake, then
+    # silence — redis-py's defaults would wait for seconds.
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        port = hole.getsockname()[1]
+        gateway = make_gateway(redis_url=f"redis://127.0.0.1:{port}/0", redis={"timeout_ms": 100})
+        client = sdk(gateway, api_key, session_id)
+        timings = []
+        for _ in range(5):
+            start = time.monotonic()
+            raw = client.chat.completions.with_raw_response.create(
+                model="fake-model", messages=[{"role": "user", "content": "hello"}]
+            )
+            timings.append(time.monotonic() - start)
+            assert raw.headers["x-memory-status"] == "degraded"
+        # 100 ms deadline plus the upstream round trip; generous for a loaded CI machine
+        assert max(timings) < 0.6, timings

@@ -17,10 +17,16 @@ from tests.support.servers import RedisProcess, ServerThread, free_port
 pytestmark = pytest.mark.integration
 
 
-def chat(gateway: ServerThread, key: str, session: str, model: str, *, stream: bool = False) -> httpx.Response:
+def chat(
+    gateway: ServerThread, key: str, session: str, model: str, *, stream: bool = False
+) -> httpx.Response:
     return httpx.post(
         gateway.url + "/v1/chat/completions",
-        json={"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi there"}]},
+        json={
+            "model": model,
+            "stream": stream,
+            "messages": [{"role": "user", "content": "hi there"}],
+        },
         headers={"Authorization": f"Bearer {key}", "X-Session-Id": session},
         timeout=20,
     )
@@ -48,14 +54,18 @@ def test_sdk_sees_rate_limit_error(gateway: ServerThread, api_key: str, session_
     assert raised.value.response.headers["retry-after"] == "7"
 
 
-def test_connect_failure_is_a_clear_502(make_gateway: GatewayFactory, api_key: str, session_id: str) -> None:
+def test_connect_failure_is_a_clear_502(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
     gateway = make_gateway(upstream={"base_url": f"http://127.0.0.1:{free_port()}/v1"})
     response = chat(gateway, api_key, session_id, "fake-model")
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_unreachable"
 
 
-def test_first_byte_timeout_is_a_504(make_gateway: GatewayFactory, api_key: str, session_id: str) -> None:
+def test_first_byte_timeout_is_a_504(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
     gateway = make_gateway(upstream={"timeouts": {"first_byte_s": 0.5}})
     start = time.monotonic()
     response = chat(gateway, api_key, session_id, "slow-first-byte", stream=True)
@@ -67,7 +77,11 @@ def test_first_byte_timeout_is_a_504(make_gateway: GatewayFactory, api_key: str,
 
 @pytest.mark.parametrize("model", ["stall-stream", "break-stream"])
 def test_stream_that_breaks_ends_with_an_error_event_and_records_nothing(
-    make_gateway: GatewayFactory, redis_server: RedisProcess, api_key: str, session_id: str, model: str
+    make_gateway: GatewayFactory,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+    model: str,
 ) -> None:
     gateway = make_gateway(upstream={"timeouts": {"idle_s": 0.5}})
     response = chat(gateway, api_key, session_id, model, stream=True)
@@ -75,7 +89,9 @@ def test_stream_that_breaks_ends_with_an_error_event_and_records_nothing(
     events = [line[6:] for line in response.text.split("\n") if line.startswith("data: ")]
     assert "[DONE]" not in events
     error = json.loads(events[-1])["error"]
-    assert error["code"] == ("upstream_timeout" if model == "stall-stream" else "upstream_stream_broken")
+    assert error["code"] == (
+        "upstream_timeout" if model == "stall-stream" else "upstream_stream_broken"
+    )
     assert stored_log(redis_server, api_key, session_id) == []
 
 
@@ -85,17 +101,30 @@ def test_malformed_sse_is_relayed_without_crashing(
     response = chat(gateway, api_key, session_id, "malformed-sse", stream=True)
     assert response.status_code == 200
     assert "this line is not sse" in response.text and response.text.endswith("data: [DONE]\n\n")
-    assert [m["content"] for m in stored_log(redis_server, api_key, session_id)] == ["hi there", "ack: hi there"]
+    assert [m["content"] for m in stored_log(redis_server, api_key, session_id)] == [
+        "hi there",
+        "ack: hi there",
+    ]
 
 
 def test_client_disconnect_mid_stream_cancels_upstream_and_records_nothing(
-    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str, session_id: str
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
 ) -> None:
-    body = {"model": "slow-stream", "stream": True, "messages": [{"role": "user", "content": "a b c d e"}]}
+    body = {
+        "model": "slow-stream",
+        "stream": True,
+        "messages": [{"role": "user", "content": "a b c d e"}],
+    }
     headers = {"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id}
     with (
         httpx.Client() as client,
-        client.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers) as response,
+        client.stream(
+            "POST", gateway.url + "/v1/chat/completions", json=body, headers=headers
+        ) as response,
     ):
         next(response.iter_raw())
         left_at = time.monotonic()

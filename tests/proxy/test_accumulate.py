@@ -123,7 +123,9 @@ def test_empty_answer_is_empty_string_not_none() -> None:
     ("payloads", "complete", "done", "finish"),
     [
         pytest.param([chunk({"content": "x"})], False, False, None, id="no end yet"),
-        pytest.param([chunk({"content": "x"}), chunk(finish="stop")], True, False, "stop", id="stop"),
+        pytest.param(
+            [chunk({"content": "x"}), chunk(finish="stop")], True, False, "stop", id="stop"
+        ),
         pytest.param([chunk(finish="length")], True, False, "length", id="length"),
         pytest.param([chunk({"content": "x"}), "[DONE]"], True, True, None, id="done only"),
         pytest.param([chunk(finish="stop"), " [DONE] "], True, True, "stop", id="both"),
@@ -266,7 +268,9 @@ TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "argu
             id="normal",
         ),
         pytest.param(
-            completion({"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}, "tool_calls"),
+            completion(
+                {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}, "tool_calls"
+            ),
             Message(role="assistant", content=None, tool_calls=(TOOL_CALL,)),
             id="tool call",
         ),
@@ -286,7 +290,9 @@ TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "argu
             id="non-object tool call dropped",
         ),
         pytest.param(completion({"role": "assistant", "content": "x"}, None), None, id="no finish"),
-        pytest.param(completion({"role": "assistant", "content": "x"}, ""), None, id="empty finish"),
+        pytest.param(
+            completion({"role": "assistant", "content": "x"}, ""), None, id="empty finish"
+        ),
         pytest.param(completion("text"), None, id="message not object"),
         pytest.param(completion(None), None, id="message null"),
         pytest.param({"choices": []}, None, id="no choices"),

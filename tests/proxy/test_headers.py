@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.proxy.headers import GATEWAY_REQUEST_HEADERS, HOP_BY_HOP, request_headers, response_headers
+from gateway.proxy.headers import (
+    GATEWAY_REQUEST_HEADERS,
+    HOP_BY_HOP,
+    request_headers,
+    response_headers,
+)
 
 Headers = list[tuple[str, str]]
 

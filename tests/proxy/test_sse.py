@@ -50,8 +50,7 @@ CASES: list[tuple[str, bytes, list[SSEEvent]]] = [
     ("unicode", "data: héllo → 世界 🎉\n\n".encode(), [SSEEvent("héllo → 世界 🎉")]),
     (
         "openai stream",
-        b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\n'
-        b"data: [DONE]\n\n",
+        b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\ndata: [DONE]\n\n',
         [SSEEvent('{"choices":[{"delta":{"content":"Hi"}}]}'), SSEEvent("[DONE]")],
     ),
     ("invalid utf-8 replaced", b"data: a\xffb\n\n", [SSEEvent("a\ufffdb")]),

@@ -1,0 +1,122 @@
+"""`memory-gateway serve` as a newcomer runs it: embedded Redis, a YAML file, the real SDK."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.servers import free_port
+
+pytestmark = pytest.mark.integration
+
+GATEWAY = [sys.executable, "-m", "gateway.cli"]
+
+
+def write_config(tmp_path: Path, upstream_url: str) -> Path:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "upstream:\n"
+        "  base_url: ${FAKE_UPSTREAM}\n"
+        "redis:\n"
+        f"  data_dir: {tmp_path / 'data'}\n"
+        "memory:\n"
+        "  preset: hybrid\n"
+    )
+    return config
+
+
+class Serve:
+    def __init__(self, config: Path, upstream_url: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = config.parent / f"serve-{self.port}.log"
+        env = {**os.environ, "FAKE_UPSTREAM": upstream_url}
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [*GATEWAY, "serve", "--config", str(config), "--port", str(self.port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(self.url + "/healthz", timeout=0.5).json()["redis"] == "ok":
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("serve did not become healthy: " + self.log.read_text())
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGINT)
+        return self.process.wait(15)
+
+
+@pytest.fixture
+def served(tmp_path: Path, upstream_url: str) -> Iterator[tuple[Path, str]]:
+    yield write_config(tmp_path, upstream_url), upstream_url
+
+
+def ask(url: str, text: str) -> str:
+    with openai.OpenAI(
+        base_url=url + "/v1",
+        api_key="sk-cli-test",
+        default_headers={"X-Session-Id": "cli"},
+        max_retries=0,
+    ) as client:
+        answer = client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": text}]
+        )
+    return answer.choices[0].message.content or ""
+
+
+def test_serve_with_embedded_redis_remembers_across_restarts(served: tuple[Path, str]) -> None:
+    config, upstream_url = served
+    first = Serve(config, upstream_url)
+    try:
+        assert ask(first.url, "my island is Crete") == "ack: my island is Crete"
+    finally:
+        assert first.stop() == 0
+    data = config.parent / "data"
+    assert (data / "redis.sock").exists() is False  # the private server went away with us
+    assert any(data.rglob("*.aof")) or (data / "appendonly.aof").exists()
+
+    second = Serve(config, upstream_url)
+    try:
+        assert ask(second.url, "what is my island?") == "Your island is Crete."
+    finally:
+        second.stop()
+
+
+def test_check_config_names_the_bad_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("memory:\n  budget_tokens: lots\n  windw: 3\n")
+    result = subprocess.run([*GATEWAY, "check-config", str(bad)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "memory.budget_tokens" in result.stderr and "memory.windw: unknown key" in result.stderr
+    good = subprocess.run(
+        [*GATEWAY, "check-config", "config/gateway.yaml"], capture_output=True, text=True
+    )
+    assert good.returncode == 0, good.stderr
+
+
+def test_serve_refuses_to_start_on_a_bad_config(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("upstream:\n  base_url: ${NOT_SET_ANYWHERE}\n")
+    env = {k: v for k, v in os.environ.items() if k != "NOT_SET_ANYWHERE"}
+    result = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(bad)], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 2
+    assert "upstream.base_url: environment variable NOT_SET_ANYWHERE is not set" in result.stderr

@@ -1,0 +1,241 @@
+"""The YAML configuration: defaults, validation messages, ${VAR} expansion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import (
+    ConfigError,
+    MemoryConfig,
+    RedisConfig,
+    Settings,
+    UpstreamConfig,
+    expand_env,
+    load_settings,
+    parse_settings,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_defaults() -> None:
+    settings = Settings()
+    assert settings.server.host == "127.0.0.1"
+    assert settings.server.port == 8080
+    assert settings.server.max_body_bytes == 4 * 1024 * 1024
+    assert settings.server.tenant_secret is None
+    assert settings.upstream.base_url == "https://api.openai.com/v1"
+    assert settings.upstream.api_key is None
+    assert settings.upstream.timeouts.first_byte_s == 120.0
+    assert settings.redis.url == "embedded"
+    assert settings.redis.on_failure == "open"
+    assert settings.memory.preset == "hybrid"
+    assert settings.memory.budget_tokens == 3000
+    assert settings.memory.effective_window_messages == 8
+    assert settings.memory.effective_window_tokens is None
+    assert settings.summarizer.model == "gpt-4o-mini"
+
+
+@pytest.mark.parametrize("data", [None, {}], ids=["empty file", "empty mapping"])
+def test_empty_document_gives_defaults(data: Any) -> None:
+    assert parse_settings(data, environ={}) == Settings()
+
+
+def test_repo_config_file_equals_defaults() -> None:
+    assert load_settings(REPO / "config" / "gateway.yaml") == Settings()
+    assert load_settings(REPO / "config" / "gateway.yaml", environ={}) == Settings()
+
+
+def test_load_settings_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("server:\n  port: 9000\nmemory:\n  preset: progressive\n", encoding="utf-8")
+    settings = load_settings(path, environ={})
+    assert settings.server.port == 9000
+    assert settings.memory.effective_window_messages == 40
+    assert settings.memory.effective_window_tokens == 4000
+    assert settings.upstream == UpstreamConfig()
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("server: [unclosed\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize("data", [[1, 2], "text", 5])
+def test_top_level_must_be_a_mapping(data: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^\(top level\)"):
+        parse_settings(data, environ={})
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [
+        ({"servr": {}}, "servr"),
+        ({"server": {"prot": 1}}, "server.prot"),
+        ({"upstream": {"timeouts": {"connect": 1}}}, "upstream.timeouts.connect"),
+        ({"memory": {"window": 3}}, "memory.window"),
+    ],
+)
+def test_unknown_key_names_its_path(data: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(data, environ={})
+    assert str(caught.value) == f"{path}: unknown key"
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [
+        ({"server": {"port": "eighty"}}, "server.port"),
+        ({"server": {"port": 70000}}, "server.port"),
+        ({"server": {"require_session": "perhaps"}}, "server.require_session"),
+        ({"server": {"log_level": "loud"}}, "server.log_level"),
+        ({"upstream": {"timeouts": {"connect_s": "soon"}}}, "upstream.timeouts.connect_s"),
+        ({"upstream": {"timeouts": {"idle_s": 0}}}, "upstream.timeouts.idle_s"),
+        ({"redis": {"on_failure": "maybe"}}, "redis.on_failure"),
+        ({"memory": {"preset": "everything"}}, "memory.preset"),
+        ({"memory": {"budget_tokens": -1}}, "memory.budget_tokens"),
+        ({"memory": {"window_messages": 0}}, "memory.window_messages"),
+        ({"upstream": "https://x"}, "upstream"),
+    ],
+)
+def test_wrong_type_names_its_path(data: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(data, environ={})
+    assert str(caught.value).startswith(f"{path}: ")
+    assert "unknown key" not in str(caught.value)
+
+
+def test_several_errors_are_all_reported() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings({"server": {"port": "x", "bogus": 1}}, environ={})
+    message = str(caught.value)
+    assert "server.port: " in message
+    assert "server.bogus: unknown key" in message
+
+
+@pytest.mark.parametrize(
+    "url", ["api.openai.com/v1", "ftp://host/v1", "http://", "https:///v1", "", "localhost:8000"]
+)
+def test_invalid_base_url(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"^upstream: .*base_url must start with http"):
+        parse_settings({"upstream": {"base_url": url}}, environ={})
+
+
+@pytest.mark.parametrize(
+    "url", ["http://localhost:8000/v1", "https://api.openai.com/v1", "http://10.0.0.2"]
+)
+def test_valid_base_url(url: str) -> None:
+    assert UpstreamConfig(base_url=url).base_url == url
+
+
+@pytest.mark.parametrize(
+    "url", ["embedded", "redis://localhost:6379/0", "rediss://h:6380", "unix:///tmp/r.sock"]
+)
+def test_valid_redis_url(url: str) -> None:
+    assert parse_settings({"redis": {"url": url}}, environ={}).redis.url == url
+
+
+@pytest.mark.parametrize(
+    "url", ["localhost:6379", "http://localhost:6379", "Embedded", "", "redis:/x"]
+)
+def test_invalid_redis_url(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"^redis: .*url must be 'embedded'"):
+        parse_settings({"redis": {"url": url}}, environ={})
+
+
+def test_window_overrides_preset() -> None:
+    memory = MemoryConfig(preset="progressive", window_messages=5, window_tokens=100)
+    assert memory.effective_window_messages == 5
+    assert memory.effective_window_tokens == 100
+
+
+def test_sections_are_frozen() -> None:
+    redis = RedisConfig()
+    with pytest.raises(ValueError, match="frozen"):
+        redis.url = "redis://x"  # type: ignore[misc]
+
+
+# --- ${VAR} expansion ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "environ", "expected"),
+    [
+        ("${KEY}", {"KEY": "sk-1"}, "sk-1"),
+        ("${KEY:-fallback}", {}, "fallback"),
+        ("${KEY:-fallback}", {"KEY": "set"}, "set"),
+        ("${KEY:-}", {"KEY": "set"}, "set"),
+        ("Bearer ${KEY}", {"KEY": "k"}, "Bearer k"),
+        ("http://${HOST}:${PORT:-8000}/v1", {"HOST": "h"}, "http://h:8000/v1"),
+        ("${A}${B}", {"A": "1", "B": "2"}, "12"),
+        ("${KEY:-a:b/c}", {}, "a:b/c"),
+        ("no variables", {}, "no variables"),
+        ("$KEY and {KEY}", {"KEY": "x"}, "$KEY and {KEY}"),
+        ("${KEY}", {"KEY": ""}, None),
+        ("${KEY:-}", {}, None),
+        ("${KEY}", {"KEY": "null"}, None),
+        ("${KEY}", {"KEY": "~"}, None),
+        ("prefix-${KEY}", {"KEY": ""}, "prefix-"),
+        ("null", {}, "null"),
+        ("", {}, ""),
+        (5, {}, 5),
+        (None, {}, None),
+        (True, {}, True),
+    ],
+)
+def test_expand_env(value: Any, environ: dict[str, str], expected: Any) -> None:
+    assert expand_env(value, environ) == expected
+
+
+def test_expand_env_walks_mappings_and_lists() -> None:
+    data = {"a": {"b": ["${X}", {"c": "${Y:-d}"}], "n": 3}}
+    assert expand_env(data, {"X": "x"}) == {"a": {"b": ["x", {"c": "d"}], "n": 3}}
+
+
+def test_unset_variable_without_default_names_key_and_variable() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings({"upstream": {"api_key": "${OPENAI_KEY}"}}, environ={"OTHER": "x"})
+    assert str(caught.value) == "upstream.api_key: environment variable OPENAI_KEY is not set"
+
+
+def test_unset_variable_in_a_list_names_the_item() -> None:
+    with pytest.raises(ConfigError) as caught:
+        expand_env({"a": {"b": ["ok", "in ${MISSING} text"]}}, {})
+    assert str(caught.value) == "a.b.1: environment variable MISSING is not set"
+
+
+def test_expansion_feeds_validation() -> None:
+    settings = parse_settings(
+        {
+            "server": {"port": "${PORT}", "require_session": "${REQ:-true}"},
+            "upstream": {"base_url": "${BASE}", "api_key": "${KEY}"},
+            "summarizer": {"api_key": "${SUM_KEY:-}"},
+        },
+        environ={"PORT": "9001", "BASE": "http://llm:8000/v1", "KEY": ""},
+    )
+    assert settings.server.port == 9001
+    assert settings.server.require_session is True
+    assert settings.upstream.base_url == "http://llm:8000/v1"
+    assert settings.upstream.api_key is None
+    assert settings.summarizer.api_key is None
+
+
+def test_expanded_value_is_still_validated() -> None:
+    with pytest.raises(ConfigError, match=r"^server\.port: "):
+        parse_settings({"server": {"port": "${PORT}"}}, environ={"PORT": "not-a-port"})
+
+
+def test_process_environment_used_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GW_TEST_BASE", "http://from-env:1/v1")
+    settings = parse_settings({"upstream": {"base_url": "${GW_TEST_BASE}"}})
+    assert settings.upstream.base_url == "http://from-env:1/v1"

@@ -1,0 +1,143 @@
+"""Token counting works offline, whatever the model name."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiktoken.registry
+
+from gateway import tokens
+from gateway.memory.model import Message
+from gateway.tokens import (
+    OFFLINE_ENCODING,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_REPLY,
+    TokenCounter,
+    encoding_for_model,
+)
+
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+@pytest.fixture(autouse=True)
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """No network, an empty tiktoken cache, and nothing already loaded in memory."""
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+
+    def no_network(self: socket.socket, *args: Any, **kwargs: Any) -> None:
+        raise OSError("network access in a unit test")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    encoding_for_model.cache_clear()
+    yield cache
+    encoding_for_model.cache_clear()
+
+
+def test_network_is_really_off() -> None:
+    with pytest.raises(OSError, match="network access"), socket.socket() as sock:
+        sock.connect(("127.0.0.1", 9))
+
+
+@pytest.mark.parametrize(
+    "model", ["gpt-4o", "gpt-4o-mini", "gpt-4", "gpt-3.5-turbo", "llama-3.1-70b", "", "my/model:q4"]
+)
+def test_any_model_counts_offline(model: str) -> None:
+    encoding = encoding_for_model(model)
+    assert encoding.name == OFFLINE_ENCODING
+    counter = TokenCounter()
+    assert counter.count_text("Hello, world!", model) == 4
+    assert counter.count_text("", model) == 0
+
+
+def test_known_counts() -> None:
+    counter = TokenCounter("unknown-model")
+    assert counter.count_text("hello") == 1
+    assert counter.count_text("The quick brown fox jumps over the lazy dog.") == 10
+    # Special-token text is counted as text, not refused.
+    assert counter.count_text("<|endoftext|>") > 1
+
+
+def test_empty_cache_dir_variable_means_no_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tiktoken reads TIKTOKEN_CACHE_DIR="" as "do not cache" and would download, even when
+    # the default cache directory holds the file: the gateway must not count on it.
+    default = tmp_path / "tmp"
+    (default / "data-gym-cache").mkdir(parents=True)
+    (default / "data-gym-cache" / hashlib.sha1(O200K_URL.encode()).hexdigest()).write_bytes(b"x")
+    monkeypatch.setattr(tempfile, "tempdir", str(default))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
+    assert not tokens._cached_locally("o200k_base")
+    assert encoding_for_model("gpt-4o").name == OFFLINE_ENCODING
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+    assert tokens._cached_locally("o200k_base")  # the default directory, now really used
+
+
+def test_cached_locally(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not tokens._cached_locally("o200k_base")
+    (offline / hashlib.sha1(O200K_URL.encode()).hexdigest()).write_bytes(b"x")
+    assert tokens._cached_locally("o200k_base")
+    assert not tokens._cached_locally("cl100k_base")
+    assert not tokens._cached_locally("r50k_base")  # not one we know how to look for
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+    monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(offline))
+    assert tokens._cached_locally("o200k_base")
+    monkeypatch.setenv("DATA_GYM_CACHE_DIR", "")
+    assert not tokens._cached_locally("o200k_base")
+
+
+def test_count_message() -> None:
+    counter = TokenCounter()
+    hello = counter.count_text("Hello, world!")
+    assert counter.count_message(Message(role="user", content="Hello, world!")) == (
+        TOKENS_PER_MESSAGE + hello
+    )
+    named = Message(role="user", content="Hello, world!", name="bob")
+    assert counter.count_message(named) == TOKENS_PER_MESSAGE + hello + 1
+    parts = Message(role="user", content=[{"type": "text", "text": "Hello, world!"}])
+    assert counter.count_message(parts) == TOKENS_PER_MESSAGE + hello
+
+
+def test_count_tool_calls() -> None:
+    counter = TokenCounter()
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+    }
+    message = Message(role="assistant", content=None, tool_calls=(call,))
+    expected = (
+        TOKENS_PER_MESSAGE
+        + counter.count_text("get_weather")
+        + counter.count_text('{"city":"Paris"}')
+    )
+    assert counter.count_message(message) == expected
+    assert expected > TOKENS_PER_MESSAGE + 5
+
+
+def test_count_prompt_uses_stored_tokens() -> None:
+    counter = TokenCounter()
+    stored = Message(role="user", content="Hello, world!", tokens=1000)
+    fresh = Message(role="user", content="Hello, world!")
+    fresh_count = counter.count_message(fresh)
+    assert counter.count_prompt([stored]) == TOKENS_PER_REPLY + 1000
+    assert counter.count_prompt([fresh]) == TOKENS_PER_REPLY + fresh_count
+    assert counter.count_prompt([stored, fresh]) == TOKENS_PER_REPLY + 1000 + fresh_count
+    assert counter.count_prompt([]) == TOKENS_PER_REPLY
+
+
+def test_default_model_is_used_when_none_given() -> None:
+    counter = TokenCounter(default_model="some-local-model")
+    assert counter.count_text("Hello, world!") == counter.count_text("Hello, world!", "gpt-4o")
