@@ -40,29 +40,43 @@ class MemoryService:
             budget_tokens=config.budget_tokens,
         )
 
-    def _counted(self, messages: tuple[Message, ...], model: str) -> tuple[Message, ...]:
-        return tuple(
-            m if m.tokens else replace(m, tokens=self.counter.count_message(m, model))
-            for m in messages
-        )
+    def _counted(
+        self, messages: tuple[Message, ...], model: str, memo: dict[int, Message]
+    ) -> tuple[Message, ...]:
+        """The messages with their token counts; a message met twice is counted once."""
+        out = []
+        for message in messages:
+            if not message.tokens:
+                if id(message) not in memo:
+                    tokens = self.counter.count_message(message, model)
+                    memo[id(message)] = replace(message, tokens=tokens)
+                message = memo[id(message)]
+            out.append(message)
+        return tuple(out)
 
     async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
         """Load the session and plan the context (raises ``StoreUnavailable``)."""
         keys = SessionKeys(identity.tenant, identity.session_id)
         state = await self.store.load(keys, self.config.reconcile_tail)
-        turn = reconcile(self._counted(messages, model), state)
-        return Turn(
-            keys=keys,
-            identity=identity,
-            plan=turn,
-            context=assemble(turn, self.limits),
-            model=model,
+        plan = reconcile(messages, state)
+        # Count only what this turn brings (prompt, new, imported): stored messages carry
+        # their count, so a client resending a long history does not re-tokenize it.
+        memo: dict[int, Message] = {}
+        plan = replace(
+            plan,
+            prompt=self._counted(plan.prompt, model, memo),
+            prior=self._counted(plan.prior, model, memo),
+            to_record=self._counted(plan.to_record, model, memo),
+            new=self._counted(plan.new, model, memo),
         )
+        context = assemble(plan, self.limits)
+        return Turn(keys=keys, identity=identity, plan=plan, context=context, model=model)
 
     async def record(self, turn: Turn, answer: Message, *, now: float) -> tuple[int, int]:
         """Append this turn's new messages and the answer atomically, in one round trip."""
         stamped = tuple(
-            replace(m, ts=now) for m in turn.plan.to_record + self._counted((answer,), turn.model)
+            replace(m, ts=now)
+            for m in turn.plan.to_record + self._counted((answer,), turn.model, {})
         )
         return await self.store.record(
             turn.keys,

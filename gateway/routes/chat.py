@@ -31,13 +31,14 @@ from gateway.identity import Identity, MemoryMode, header_id, memory_mode
 from gateway.memory.model import Message
 from gateway.memory.service import MemoryService, Turn
 from gateway.proxy.accumulate import StreamAccumulator, message_from_completion
-from gateway.proxy.headers import request_headers, response_headers
+from gateway.proxy.headers import request_headers
 from gateway.proxy.sse import SSEDecoder
 from gateway.proxy.upstream import Upstream, UpstreamResponse, UpstreamStreamBroken
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.relay import (
     CLIENT_CLOSED,
     ClientGone,
+    raw_headers,
     read_body,
     streamed,
     unless_client_leaves,
@@ -171,11 +172,8 @@ class ChatCompletions:
             if answer is not None and not await self._record(turn, answer):
                 headers["x-memory-status"] = "degraded"
         response = Response(raw, status_code=upstream.status_code)
-        response.raw_headers = [
-            (k.lower().encode("latin-1"), v.encode("latin-1"))
-            for k, v in response_headers(upstream.headers, decoded=True)
-        ] + [(k.encode(), v.encode()) for k, v in headers.items()]
-        response.headers["content-length"] = str(len(raw))
+        response.raw_headers = raw_headers(upstream, decoded=True, extra=headers)
+        response.headers["content-length"] = str(len(raw))  # the decoded body's length
         return response
 
     async def _relay(self, upstream: UpstreamResponse, turn: Turn | None) -> AsyncIterator[bytes]:

@@ -72,6 +72,14 @@ async def relay_stream(upstream: UpstreamResponse) -> AsyncIterator[bytes]:
         await upstream.aclose()
 
 
+def raw_headers(
+    upstream: UpstreamResponse, *, decoded: bool, extra: dict[str, str] | None = None
+) -> list[tuple[bytes, bytes]]:
+    """The upstream's end-to-end headers plus the gateway's own, as ASGI wants them."""
+    headers = response_headers(upstream.headers, decoded=decoded) + list((extra or {}).items())
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+
+
 def streamed(
     upstream: UpstreamResponse,
     body: AsyncIterator[bytes],
@@ -80,8 +88,5 @@ def streamed(
     extra: dict[str, str] | None = None,
 ) -> Response:
     response = StreamingResponse(body, status_code=upstream.status_code)
-    response.raw_headers = [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in response_headers(upstream.headers, decoded=decoded)
-    ] + [(name.encode("latin-1"), value.encode("latin-1")) for name, value in (extra or {}).items()]
+    response.raw_headers = raw_headers(upstream, decoded=decoded, extra=extra)
     return response

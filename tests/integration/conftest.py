@@ -208,3 +208,11 @@ def sdk(gateway: ServerThread, key: str, session: str | None, **headers: str) ->
     )
     _OPEN_CLIENTS.append(client)
     return client
+
+
+def say(client: openai.OpenAI, text: str, model: str = "fake-model") -> str:
+    """Send one user message, as a single-message client does; return the answer's text."""
+    answer = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": text}]
+    )
+    return answer.choices[0].message.content or ""

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
-from tests.integration.conftest import GatewayFactory, sdk
+from tests.integration.conftest import GatewayFactory, say, sdk
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import RedisProcess, ServerThread
 
@@ -45,14 +45,9 @@ def test_model_remembers_across_turns_when_client_sends_only_new_messages(
     assert first.headers["x-memory-status"] == "ok"
     assert int(first.headers["x-memory-context-tokens"]) > 0
     assert first.parse().choices[0].message.content == "ack: Hi, my name is Ada."
-    client.chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "I like tea."}]
-    )
+    say(client, "I like tea.")
 
-    answer = client.chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "What is my name?"}]
-    )
-    assert answer.choices[0].message.content == "Your name is Ada."
+    assert say(client, "What is my name?") == "Your name is Ada."
     forwarded = fake_upstream.last_messages()
     assert [m["content"] for m in forwarded][:2] == [
         "Hi, my name is Ada.",
@@ -72,9 +67,7 @@ def test_streaming_answer_is_relayed_and_recorded(
     gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
 ) -> None:
     client = sdk(gateway, api_key, session_id)
-    client.chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "my city is Lyon"}]
-    )
+    say(client, "my city is Lyon")
     stream = client.chat.completions.create(
         model="fake-model",
         messages=[{"role": "user", "content": "What is my city?"}],
@@ -170,9 +163,7 @@ def test_single_message_client_repeating_itself_is_a_new_turn(
 ) -> None:
     client = sdk(gateway, api_key, session_id)
     for text in ("hello", "continue", "continue"):
-        client.chat.completions.create(
-            model="fake-model", messages=[{"role": "user", "content": text}]
-        )
+        say(client, text)
     assert [
         m["content"] for m in stored_log(redis_server, api_key, session_id) if m["role"] == "user"
     ] == [
@@ -249,13 +240,9 @@ def test_tenants_are_isolated_under_the_same_session_id(
     from tests.integration.conftest import USED_KEYS
 
     USED_KEYS.append(other_key)
-    sdk(gateway, api_key, session_id).chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "my password is hunter2"}]
-    )
-    answer = sdk(gateway, other_key, session_id).chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "What is my password?"}]
-    )
-    assert answer.choices[0].message.content == "I don't know your password."
+    say(sdk(gateway, api_key, session_id), "my password is hunter2")
+    answer = say(sdk(gateway, other_key, session_id), "What is my password?")
+    assert answer == "I don't know your password."
     assert all("hunter2" not in json.dumps(m) for m in fake_upstream.last_messages())
 
 
@@ -267,9 +254,7 @@ def test_memory_modes_read_and_off(
     session_id: str,
 ) -> None:
     client = sdk(gateway, api_key, session_id)
-    client.chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "my pet is Rex"}]
-    )
+    say(client, "my pet is Rex")
     reader = sdk(gateway, api_key, session_id, **{"X-Memory-Mode": "read"})
     read = reader.chat.completions.with_raw_response.create(
         model="fake-model", messages=[{"role": "user", "content": "what is my pet?"}]
@@ -316,9 +301,7 @@ def test_require_session_rejects_requests_without_it(
 def test_gateway_headers_are_not_forwarded_but_the_key_is(
     gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:
-    sdk(gateway, api_key, session_id, **{"X-User-Id": "u1"}).chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "hi"}]
-    )
+    say(sdk(gateway, api_key, session_id, **{"X-User-Id": "u1"}), "hi")
     seen = fake_upstream.chat_requests()[-1].headers
     assert "x-session-id" not in seen and "x-user-id" not in seen
     assert seen["authorization"] == f"Bearer {api_key}"
@@ -328,9 +311,7 @@ def test_configured_upstream_key_replaces_the_client_key(
     make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:
     gateway = make_gateway(upstream={"api_key": "sk-upstream-configured"})
-    sdk(gateway, api_key, session_id).chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "hi"}]
-    )
+    say(sdk(gateway, api_key, session_id), "hi")
     assert (
         fake_upstream.chat_requests()[-1].headers["authorization"]
         == "Bearer sk-upstream-configured"
@@ -341,23 +322,16 @@ def test_memory_survives_a_gateway_restart(
     make_gateway: GatewayFactory, api_key: str, session_id: str
 ) -> None:
     first = make_gateway()
-    sdk(first, api_key, session_id).chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "my dog is Fido"}]
-    )
+    say(sdk(first, api_key, session_id), "my dog is Fido")
     first.stop()
     second = make_gateway()
-    answer = sdk(second, api_key, session_id).chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "what is my dog?"}]
-    )
-    assert answer.choices[0].message.content == "Your dog is Fido."
+    assert say(sdk(second, api_key, session_id), "what is my dog?") == "Your dog is Fido."
 
 
 def test_user_id_is_stored_with_the_session(
     gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
 ) -> None:
-    sdk(gateway, api_key, session_id, **{"X-User-Id": "user-42"}).chat.completions.create(
-        model="fake-model", messages=[{"role": "user", "content": "hi"}]
-    )
+    say(sdk(gateway, api_key, session_id, **{"X-User-Id": "user-42"}), "hi")
     client = redis_server.client()
     keys = SessionKeys(tenant_id(client.get(TENANT_SECRET_KEY), api_key), session_id)
     meta = client.hgetall(keys.meta)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import GatewayFactory, sdk
+from tests.integration.conftest import GatewayFactory, say, sdk
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import free_port, running_redis
 
@@ -20,9 +20,7 @@ def test_fail_open_serves_degraded_then_memory_resumes_after_restart(
     with running_redis(appendonly=True) as redis_server:
         gateway = make_gateway(redis_url=redis_server.url)
         client = sdk(gateway, api_key, session_id)
-        client.chat.completions.create(
-            model="fake-model", messages=[{"role": "user", "content": "my tea is oolong"}]
-        )
+        say(client, "my tea is oolong")
 
         redis_server.stop()
         start = time.monotonic()

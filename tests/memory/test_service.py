@@ -1,0 +1,64 @@
+"""MemoryService: what one request costs in token counting (the store is faked in memory)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.config import MemoryConfig
+from gateway.identity import Identity, MemoryMode
+from gateway.memory.model import Message, SessionState
+from gateway.memory.service import MemoryService
+from gateway.store.keys import SessionKeys
+from gateway.tokens import TokenCounter
+
+
+class CountingTokens(TokenCounter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted: list[str] = []
+
+    def count_message(self, message: Message, model: str | None = None) -> int:
+        self.counted.append(message.text)
+        return super().count_message(message, model)
+
+
+class FakeStore:
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+
+    async def load(self, keys: SessionKeys, tail: int) -> SessionState:
+        return replace(self.state, tail=self.state.tail[-tail:])
+
+
+def history(n: int) -> list[Message]:
+    return [
+        Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i + 1}")
+        for i in range(n)
+    ]
+
+
+IDENTITY = Identity("tenant", "session", None, MemoryMode.ON)
+
+
+async def test_a_resent_history_is_not_retokenized() -> None:
+    stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(400)))
+    tokens = CountingTokens()
+    service = MemoryService(
+        FakeStore(SessionState(message_count=400, tail=stored)),  # type: ignore[arg-type]
+        tokens,
+        MemoryConfig(),
+    )
+    request = (Message(role="system", content="be brief"), *history(400), Message("user", "new"))
+    turn = await service.prepare(IDENTITY, request, "gpt-4o")
+    assert sorted(tokens.counted) == ["be brief", "new"]
+    assert [m.text for m in turn.plan.new] == ["new"]
+    assert turn.context.receipt.window_indexes == tuple(range(393, 401))
+
+
+async def test_imported_history_is_counted_once() -> None:
+    tokens = CountingTokens()
+    service = MemoryService(FakeStore(SessionState()), tokens, MemoryConfig())  # type: ignore[arg-type]
+    request = (*history(6), Message("user", "new"))
+    turn = await service.prepare(IDENTITY, request, "gpt-4o")
+    assert len(tokens.counted) == 7  # six imported messages (in prior and to_record) + new
+    assert all(m.tokens > 0 for m in turn.plan.to_record + turn.plan.prior + turn.plan.new)
