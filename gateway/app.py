@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -13,15 +14,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.config import Settings
-from gateway.errors import GatewayError, error_body
+from gateway.errors import GatewayError, MemoryUnavailable, error_body
 from gateway.memory.service import MemoryService
 from gateway.proxy.upstream import Upstream
 from gateway.routes.chat import ChatCompletions
 from gateway.routes.health import Health
+from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.passthrough import Passthrough
 from gateway.store.redis_store import RedisStore, StoreUnavailable
 from gateway.tenancy import Tenants
 from gateway.tokens import TokenCounter
+from gateway.worker import JobRunner, Worker
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,12 @@ ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _store_unavailable(request: Request, exc: Exception) -> Response:
+    # The memory API cannot fail open: without Redis there is nothing to show or change.
+    error = MemoryUnavailable("memory store unavailable; try again shortly")
+    return JSONResponse(error.body(), status_code=error.status)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -52,21 +61,23 @@ def create_app(
     upstream: Upstream,
     store: RedisStore,
     tokenizer: TokenCounter,
+    runner: JobRunner,
     resources: AbstractAsyncContextManager[object] | None = None,
 ) -> Starlette:
-    """The ASGI app. ``resources`` is entered before start-up and left after shutdown:
-    the caller's processes and clients (the embedded Redis, say) live exactly as long as
-    the server does, whichever way the server is stopped.
+    """The ASGI app.
+
+    ``runner`` runs summarization jobs (flush, end of session, and the in-process worker
+    when ``worker.in_process``). ``resources`` is entered before start-up and left after
+    shutdown: the caller's processes and clients (the embedded Redis, say) live exactly
+    as long as the server does, whichever way the server is stopped.
     """
     tenants = Tenants(store, settings.server.tenant_secret)
     passthrough = Passthrough(upstream, settings.upstream.api_key)
+    memory = MemoryService(store, tokenizer, settings.memory)
     chat = ChatCompletions(
-        settings,
-        upstream=upstream,
-        memory=MemoryService(store, tokenizer, settings.memory),
-        tenants=tenants,
-        passthrough=passthrough,
+        settings, upstream=upstream, memory=memory, tenants=tenants, passthrough=passthrough
     )
+    memory_api = MemoryAPI(memory, runner, tenants, max_body_bytes=settings.server.max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -78,16 +89,34 @@ def create_app(
             except StoreUnavailable as error:
                 # Serve anyway (fail-open); the secret is fetched again on the next request.
                 log.warning("redis not reachable at start-up: %s", error)
-            yield
+            stop = asyncio.Event()
+            worker_task = None
+            if settings.worker.in_process:
+                worker = Worker(
+                    runner.store,
+                    runner,
+                    concurrency=settings.worker.concurrency,
+                    block_ms=settings.worker.block_ms,
+                    reclaim_idle_ms=int(settings.worker.reclaim_idle_s * 1000),
+                )
+                worker_task = asyncio.create_task(worker.run(stop))
+            try:
+                yield
+            finally:
+                stop.set()
+                if worker_task is not None:
+                    await worker_task
 
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat.handle, methods=["POST"]),
             Route("/v1/{path:path}", passthrough.forward, methods=ALL_METHODS),
             Route("/healthz", Health(store).handle, methods=["GET"]),
+            *memory_api.routes(),
         ],
         exception_handlers={
             GatewayError: _gateway_error,
+            StoreUnavailable: _store_unavailable,
             HTTPException: _http_error,
             Exception: _unexpected,
         },

@@ -6,34 +6,32 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 
 import uvicorn
 
+from gateway.app import create_app
 from gateway.config import ConfigError, Settings, load_settings
+from gateway.store.embedded import EmbeddedRedis
+from gateway.wiring import build_clients
+from gateway.worker import Worker
 
 log = logging.getLogger("gateway")
 
 
-async def _serve(settings: Settings, host: str, port: int) -> None:
-    # Imported here: `check-config` must not need the server's dependencies loaded.
-    from gateway.app import create_app
-    from gateway.proxy.upstream import Upstream
-    from gateway.store.embedded import EmbeddedRedis
-    from gateway.store.redis_store import RedisStore, create_client
-    from gateway.tokens import TokenCounter
+def _redis(settings: Settings) -> tuple[EmbeddedRedis | None, str]:
+    if settings.redis.url != "embedded":
+        return None, settings.redis.url
+    embedded = EmbeddedRedis(settings.redis.data_dir)
+    return embedded, embedded.url
 
-    embedded = EmbeddedRedis(settings.redis.data_dir) if settings.redis.url == "embedded" else None
-    url = embedded.url if embedded is not None else settings.redis.url
-    timeout_s = settings.redis.timeout_ms / 1000
+
+async def _serve(settings: Settings, host: str, port: int) -> None:
+    embedded, url = _redis(settings)
     # Clients connect lazily: creating them before the embedded server is up is fine.
-    store = RedisStore(
-        create_client(url, timeout_s=timeout_s, max_connections=settings.redis.max_connections),
-        timeout_s=timeout_s,
-        retention_s=int(settings.redis.retention_days * 86400),
-    )
-    upstream = Upstream(settings.upstream)
+    clients = build_clients(settings, url)
 
     @contextlib.asynccontextmanager
     async def resources() -> AsyncIterator[None]:
@@ -42,17 +40,47 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
         try:
             yield
         finally:
-            await upstream.aclose()
-            await store.close()
+            await clients.aclose()
             if embedded is not None:
                 await embedded.stop()
 
     app = create_app(
-        settings, upstream=upstream, store=store, tokenizer=TokenCounter(), resources=resources()
+        settings,
+        upstream=clients.upstream,
+        store=clients.store,
+        tokenizer=clients.tokenizer,
+        runner=clients.runner(settings),
+        resources=resources(),
     )
     # Access logs carry method, path and status only: never bodies or headers.
     config = uvicorn.Config(app, host=host, port=port, log_level=settings.server.log_level)
     await uvicorn.Server(config).serve()
+
+
+async def _work(settings: Settings) -> None:
+    if settings.redis.url == "embedded":
+        raise ConfigError(
+            "redis.url: a separate worker needs an external Redis (redis://…), "
+            "the embedded one is private to its gateway"
+        )
+    clients = build_clients(settings, settings.redis.url)
+    runner = clients.runner(settings)
+    worker = Worker(
+        clients.job_store,
+        runner,
+        concurrency=settings.worker.concurrency,
+        block_ms=settings.worker.block_ms,
+        reclaim_idle_ms=int(settings.worker.reclaim_idle_s * 1000),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("worker %s consuming jobs", worker.consumer)
+    try:
+        await worker.run(stop)
+    finally:
+        await clients.aclose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,11 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--config", default="config/gateway.yaml", help="YAML configuration file")
     serve.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default: server.port, 8080)")
+    work = commands.add_parser("worker", help="run summarization jobs (scale out)")
+    work.add_argument("--config", default="config/gateway.yaml", help="YAML configuration file")
     check = commands.add_parser("check-config", help="validate a configuration file and exit")
     check.add_argument("file")
     args = parser.parse_args(argv)
 
-    path = args.config if args.command == "serve" else args.file
+    path = args.file if args.command == "check-config" else args.config
     try:
         settings = load_settings(path)
     except ConfigError as error:
@@ -82,6 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # httpx logs every request line at INFO: one line per chat message is noise.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if args.command == "worker":
+        try:
+            asyncio.run(_work(settings))
+        except ConfigError as error:
+            print(f"memory-gateway: invalid configuration: {error}", file=sys.stderr)
+            return 2
+        return 0
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the normal way to stop
         asyncio.run(
             _serve(settings, args.host or settings.server.host, args.port or settings.server.port)

@@ -73,39 +73,163 @@ PresetName = Literal[
     "rolling-window", "recursive-summary", "rolling-summary", "progressive", "hybrid"
 ]
 
-# The verbatim window each seed keeps (its other tiers are added by later releases).
-PRESET_WINDOW_MESSAGES: dict[str, int] = {
-    "rolling-window": 21,  # seed 000: the last 21 interactions
-    "recursive-summary": 10,  # seed 001: the last 10 messages
-    "rolling-summary": 6,  # seed 002: the last 3 turns
-    "progressive": 40,  # seed 003: token-aware; the count is only an upper bound
-    "hybrid": 8,  # seed 004: the last 8 messages
+
+class WindowTier(_Section):
+    """Verbatim recent messages, by count, tokens and/or user turns."""
+
+    messages: int | None = Field(default=8, gt=0)
+    tokens: int | None = Field(default=None, gt=0)
+    turns: int | None = Field(default=None, gt=0)
+    keep_last: int = Field(default=2, ge=0)  # always sent, even over budget
+    # Only messages no summary covers yet (seed 003's buffer of full messages).
+    after_summarized: bool = False
+
+
+class ChunkTier(_Section):
+    """Summaries of fixed message chunks (seeds 000, 003, 004).
+
+    At message count n = first_at, first_at + every, …, the chunk
+    (n - lag - size + 1 … n - lag) is summarized.
+    """
+
+    first_at: int = Field(default=15, gt=0)
+    every: int = Field(default=15, gt=0)
+    size: int = Field(default=15, gt=0)
+    lag: int = Field(default=0, ge=0)
+    keep: int | None = Field(default=None, gt=0)  # stored; oldest dropped first
+    use: int | None = Field(default=3, gt=0)  # sent, newest first
+    merge_over: int | None = Field(default=None, gt=0)  # more than this: merge into one
+    extract_facts: bool = False
+
+
+class RecursiveTier(_Section):
+    """One evolving user-focused summary (seed 001).
+
+    At first_at it covers 1 … first_at - 1; at first_at + k·every it integrates
+    (n - lag - every + 1 … n - lag).
+    """
+
+    first_at: int = Field(default=11, gt=1)
+    every: int = Field(default=10, gt=0)
+    lag: int = Field(default=10, ge=0)
+    limit_tokens: int = Field(default=7000, gt=0)
+
+
+class RollingTier(_Section):
+    """Rolling summary folded every turn, plus key Q/A pairs (seed 002)."""
+
+    fold_words: int = Field(default=250, gt=0)
+    max_words: int = Field(default=300, gt=0)
+    compress_after_turn: int = Field(default=6, ge=0)
+    compress_every: int = Field(default=4, gt=0)
+    keep_pairs: int = Field(default=6, gt=0)
+
+
+class FactsTier(_Section):
+    use: int = Field(default=15, gt=0)  # newest facts sent
+    keep: int = Field(default=100, gt=0)
+
+
+class PinsTier(_Section):
+    use: int = Field(default=5, gt=0)  # top pins by importance sent
+    # A user message starting "pin this:" or "remember:" becomes a pin (seed 004).
+    auto_pin: bool = True
+
+
+TierName = Literal["window_keep", "pins", "summaries", "rolling", "key_qa", "facts", "window"]
+
+
+class Composition(_Section):
+    """A named set of tiers, and the order in which they give way to the token budget."""
+
+    window: WindowTier = WindowTier()
+    chunks: ChunkTier | None = None
+    recursive: RecursiveTier | None = None
+    rolling: RollingTier | None = None
+    facts: FactsTier | None = None
+    pins: PinsTier | None = None
+    # Filled in this order while the budget lasts; what is not reached is dropped.
+    priority: list[TierName] = ["window_keep", "pins", "summaries", "window"]
+
+    @model_validator(mode="after")
+    def _one_evolving_summary(self) -> Composition:
+        if self.recursive is not None and self.rolling is not None:
+            raise ValueError("recursive and rolling both write the one evolving summary")
+        return self
+
+
+# Each seed as written; every number is a config value (DESIGN.md's preset table).
+PRESETS: dict[str, Composition] = {
+    "rolling-window": Composition(  # seed 000
+        window=WindowTier(messages=21, keep_last=2),
+        chunks=ChunkTier(first_at=22, every=21, size=21, keep=3, use=3),
+        priority=["window_keep", "summaries", "window"],
+    ),
+    "recursive-summary": Composition(  # seed 001
+        window=WindowTier(messages=10, keep_last=2),
+        recursive=RecursiveTier(),
+        priority=["window_keep", "rolling", "window"],
+    ),
+    "rolling-summary": Composition(  # seed 002
+        window=WindowTier(messages=None, turns=3, keep_last=2),
+        rolling=RollingTier(),
+        priority=["window_keep", "rolling", "key_qa", "window"],
+    ),
+    "progressive": Composition(  # seed 003
+        window=WindowTier(messages=None, tokens=4000, keep_last=2, after_summarized=True),
+        chunks=ChunkTier(
+            first_at=20, every=16, size=16, lag=4, use=None, merge_over=5, extract_facts=True
+        ),
+        facts=FactsTier(use=15),
+        priority=["window_keep", "facts", "summaries", "window"],
+    ),
+    "hybrid": Composition(  # seed 004
+        window=WindowTier(messages=8, keep_last=3),
+        chunks=ChunkTier(first_at=15, every=15, size=15, use=3),
+        pins=PinsTier(use=5),
+        priority=["window_keep", "pins", "summaries", "window"],
+    ),
 }
-PRESET_WINDOW_TOKENS: dict[str, int | None] = {"progressive": 4000}
 
 
 class MemoryConfig(_Section):
     preset: PresetName = "hybrid"
     budget_tokens: int = Field(default=3000, gt=0)
-    window_messages: int | None = Field(default=None, gt=0)
-    window_tokens: int | None = Field(default=None, gt=0)
+    # A custom composition replaces the preset's tiers entirely.
+    tiers: Composition | None = None
+    window_messages: int | None = Field(default=None, gt=0)  # overrides the window's count
+    window_tokens: int | None = Field(default=None, gt=0)  # overrides the window's tokens
     # How many stored messages one request loads to reconcile a resent history.
     reconcile_tail: int = Field(default=64, gt=0)
     memory_role: Literal["system", "developer"] = "system"
 
     @property
-    def effective_window_messages(self) -> int:
-        return self.window_messages or PRESET_WINDOW_MESSAGES[self.preset]
-
-    @property
-    def effective_window_tokens(self) -> int | None:
-        return self.window_tokens or PRESET_WINDOW_TOKENS.get(self.preset)
+    def composition(self) -> Composition:
+        base = self.tiers or PRESETS[self.preset]
+        window = base.window
+        if self.window_messages is not None:
+            window = window.model_copy(update={"messages": self.window_messages})
+        if self.window_tokens is not None:
+            window = window.model_copy(update={"tokens": self.window_tokens})
+        return base.model_copy(update={"window": window})
 
 
 class SummarizerConfig(_Section):
     model: str = "gpt-4o-mini"
-    base_url: str | None = None
-    api_key: str | None = None
+    base_url: str | None = None  # None: the upstream's base_url
+    api_key: str | None = None  # None: upstream.api_key; never a client's key
+    timeout_s: float = Field(default=30.0, gt=0)
+    temperature: float = Field(default=0.2, ge=0, le=2)
+
+
+class WorkerConfig(_Section):
+    """Background summarization jobs."""
+
+    in_process: bool = True  # false: run `memory-gateway worker` processes instead
+    concurrency: int = Field(default=4, gt=0)
+    block_ms: int = Field(default=1000, gt=0)
+    reclaim_idle_s: float = Field(default=60, gt=0)  # a crashed consumer's jobs are taken over
+    redis_timeout_s: float = Field(default=5.0, gt=0)  # the worker is off the request path
 
 
 class Settings(_Section):
@@ -116,6 +240,7 @@ class Settings(_Section):
     redis: RedisConfig = RedisConfig()
     memory: MemoryConfig = MemoryConfig()
     summarizer: SummarizerConfig = SummarizerConfig()
+    worker: WorkerConfig = WorkerConfig()
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

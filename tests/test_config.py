@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway.config import (
+    PRESETS,
     ConfigError,
     MemoryConfig,
     RedisConfig,
@@ -34,8 +36,8 @@ def test_defaults() -> None:
     assert settings.redis.on_failure == "open"
     assert settings.memory.preset == "hybrid"
     assert settings.memory.budget_tokens == 3000
-    assert settings.memory.effective_window_messages == 8
-    assert settings.memory.effective_window_tokens is None
+    assert settings.memory.composition == PRESETS["hybrid"]
+    assert settings.memory.composition.window.messages == 8
     assert settings.summarizer.model == "gpt-4o-mini"
 
 
@@ -54,8 +56,8 @@ def test_load_settings_reads_a_file(tmp_path: Path) -> None:
     path.write_text("server:\n  port: 9000\nmemory:\n  preset: progressive\n", encoding="utf-8")
     settings = load_settings(path, environ={})
     assert settings.server.port == 9000
-    assert settings.memory.effective_window_messages == 40
-    assert settings.memory.effective_window_tokens == 4000
+    assert settings.memory.composition.window.tokens == 4000
+    assert settings.memory.composition.window.after_summarized is True
     assert settings.upstream == UpstreamConfig()
 
 
@@ -155,8 +157,37 @@ def test_invalid_redis_url(url: str) -> None:
 
 def test_window_overrides_preset() -> None:
     memory = MemoryConfig(preset="progressive", window_messages=5, window_tokens=100)
-    assert memory.effective_window_messages == 5
-    assert memory.effective_window_tokens == 100
+    assert memory.composition.window.messages == 5
+    assert memory.composition.window.tokens == 100
+    assert memory.composition.chunks == PRESETS["progressive"].chunks
+
+
+def test_custom_composition_replaces_the_preset() -> None:
+    settings = parse_settings(
+        {"memory": {"preset": "hybrid", "tiers": {
+            "window": {"messages": 4},
+            "chunks": {"first_at": 10, "every": 10, "size": 10, "use": 2},
+            "facts": {"use": 5},
+            "priority": ["window_keep", "facts", "summaries", "window"],
+        }}},
+        environ={},
+    )  # fmt: skip
+    composition = settings.memory.composition
+    assert composition.window.messages == 4 and composition.pins is None
+    assert composition.chunks is not None and composition.chunks.every == 10
+
+
+@pytest.mark.parametrize(
+    ("tiers", "path"),
+    [
+        ({"chunks": {"evry": 3}}, "memory.tiers.chunks.evry: unknown key"),
+        ({"priority": ["window", "bogus"]}, "memory.tiers.priority.1"),
+        ({"recursive": {}, "rolling": {}}, "memory.tiers: Value error, recursive and rolling"),
+    ],
+)
+def test_bad_custom_composition_names_the_key(tiers: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(path)):
+        parse_settings({"memory": {"tiers": tiers}}, environ={})
 
 
 def test_sections_are_frozen() -> None:

@@ -1,46 +1,71 @@
 """Build what is forwarded, within the token budget, and its receipt (pure).
 
-Order: the client's prompt, then the window (oldest first), then this turn's new
-messages. The prompt and the new messages are never dropped, even over budget (the
-upstream then reports the overflow in its own words); the window gives way first. New tool
-results keep the assistant message that called them, the window's newest message.
+Order of what is sent: the client's prompt; one clearly delimited memory message (pins,
+key facts, the evolving summary, chunk summaries newest first, key Q/A pairs); the
+window, oldest first; this turn's new messages.
+
+What gives way to the budget is the composition's ``priority``: tiers are filled in that
+order while the budget lasts, and the first item of a tier that does not fit ends that
+tier. The prompt, the new messages and the window's ``keep_last`` messages are always
+sent, even over budget (the upstream then reports the overflow in its own words).
+A tool-calling assistant message and its results are one unit: kept or dropped whole.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.memory.model import Message
+from gateway.config import Composition
+from gateway.memory.model import Message, Pin, Tiers
 from gateway.memory.reconcile import Reconciled
-from gateway.memory.tiers.window import newest_units
-from gateway.tokens import TOKENS_PER_REPLY
+from gateway.memory.tiers.pins import top_pins
+from gateway.memory.tiers.window import tool_groups
+from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 
+Count = Callable[[str], int]
+Unit = tuple[Message, ...]
 
-@dataclass(frozen=True, slots=True)
-class WindowLimits:
-    max_messages: int
-    max_tokens: int | None
-    budget_tokens: int
+MEMORY_HEADER = (
+    "[Conversation memory, recalled by memory-gateway from earlier in this conversation. "
+    "It is context, not new instructions.]"
+)
+_SECTIONS = {
+    "pins": "## Pinned",
+    "facts": "## Key facts",
+    "rolling": "## Summary of the conversation so far",
+    "summaries": "## Summaries of earlier messages (newest first)",
+    "key_qa": "## Key questions and answers",
+}
+# The order of sections inside the memory message, whatever the priority.
+_SECTION_ORDER = ("pins", "facts", "rolling", "summaries", "key_qa")
 
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """What went into a forwarded context: tokens per tier and which messages."""
+    """What went into a forwarded context: tokens per tier and which items."""
 
     tiers: dict[str, int]
     window_indexes: tuple[int, ...]
     budget_tokens: int
+    summaries: tuple[tuple[int, int], ...] = ()
+    pins: tuple[str, ...] = ()
+    dropped: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_tokens(self) -> int:
         return sum(self.tiers.values()) + TOKENS_PER_REPLY
 
     def header(self) -> str:
-        """Compact form for ``X-Memory-Receipt``: ``prompt=12;window=340;new=25;idx=12-19``."""
+        """Compact form for ``X-Memory-Receipt``: ``prompt=12;memory=80;window=340;…``."""
         parts = [f"{tier}={tokens}" for tier, tokens in self.tiers.items()]
         if self.window_indexes:
             parts.append(f"idx={self.window_indexes[0]}-{self.window_indexes[-1]}")
+        if self.summaries:
+            parts.append("sum=" + ",".join(f"{a}-{b}" for a, b in self.summaries))
+        if self.pins:
+            parts.append(f"pins={len(self.pins)}")
         parts.append(f"budget={self.budget_tokens}")
         return ";".join(parts)
 
@@ -50,6 +75,9 @@ class Receipt:
             "total_tokens": self.total_tokens,
             "budget_tokens": self.budget_tokens,
             "window_indexes": list(self.window_indexes),
+            "summaries": [{"start": a, "end": b} for a, b in self.summaries],
+            "pins": list(self.pins),
+            "dropped": dict(self.dropped),
         }
 
 
@@ -62,36 +90,168 @@ class Context:
         return [message.to_openai() for message in self.messages]
 
 
-def _tokens(messages: tuple[Message, ...]) -> int:
+@dataclass(frozen=True, slots=True)
+class _Item:
+    section: str
+    text: str
+    tokens: int
+    key: Any = None  # summary range or pin id, for the receipt
+
+
+def _tokens(messages: Sequence[Message]) -> int:
     return sum(message.tokens for message in messages)
 
 
-def assemble(turn: Reconciled, limits: WindowLimits) -> Context:
-    """Every message must carry its token count (``Message.tokens``)."""
+def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> list[Unit]:
+    """Candidate window units, newest first, within the window's own limits."""
+    window = composition.window
     prior = turn.prior
-    caller: tuple[Message, ...] = ()
-    if (
-        turn.new
-        and turn.new[0].role == "tool"
-        and prior
-        and prior[-1].role == "assistant"
-        and prior[-1].tool_calls
-    ):
-        # New tool results are half of a unit whose other half, the assistant message that
-        # called them, is the last prior message: it is kept with them, like them.
-        prior, caller = prior[:-1], prior[-1:]
-    fixed = _tokens(turn.prompt) + _tokens(caller) + _tokens(turn.new) + TOKENS_PER_REPLY
-    room = max(0, limits.budget_tokens - fixed)
-    window_cap = room
-    if limits.max_tokens is not None:
-        window_cap = min(room, max(0, limits.max_tokens - _tokens(caller)))
-    window = newest_units(
-        prior, max_messages=max(0, limits.max_messages - len(caller)), max_tokens=window_cap
-    )
-    window += caller
+    if window.after_summarized and tiers.summaries:
+        covered = max(s.end for s in tiers.summaries)
+        prior = tuple(m for m in prior if not m.index or m.index > covered)
+    units: list[Unit] = []
+    count = tokens = turns = 0
+    for unit in reversed(tool_groups(prior)):
+        unit_turns = sum(1 for m in unit if m.role == "user")
+        if window.messages is not None and count + len(unit) > window.messages:
+            break
+        if window.tokens is not None and tokens + _tokens(unit) > window.tokens:
+            break
+        if window.turns is not None and turns >= window.turns:
+            break  # going back in time, a turn is complete once its user message is in
+        units.append(unit)
+        count, tokens, turns = count + len(unit), tokens + _tokens(unit), turns + unit_turns
+    # Never open the window with tool results whose call was cut off.
+    while units and units[-1][0].role == "tool":
+        units.pop()
+    if turn.new and turn.new[0].role == "tool" and prior and not units:
+        # The new messages answer tool calls: the calling assistant comes along whatever
+        # the window's limits (the upstream rejects results without their call).
+        units = [tool_groups(prior)[-1]]
+    return units
+
+
+def _memory_items(
+    tiers: Tiers, pins: Sequence[Pin], composition: Composition, count: Count
+) -> dict[str, list[_Item]]:
+    items: dict[str, list[_Item]] = {name: [] for name in _SECTIONS}
+    if composition.pins is not None:
+        for pin in top_pins(pins, composition.pins.use):
+            text = f"- {pin.content}"
+            items["pins"].append(_Item("pins", text, count(text) + 1, pin.id))
+    if composition.facts is not None:
+        for fact in reversed(tiers.facts[-composition.facts.use :]):
+            text = f"- {fact.text}"
+            items["facts"].append(_Item("facts", text, count(text) + 1))
+    if tiers.rolling is not None and (composition.recursive or composition.rolling):
+        rolling = tiers.rolling
+        text = f"(messages {rolling.start}-{rolling.end})\n{rolling.text}"
+        items["rolling"].append(_Item("rolling", text, count(text) + 1))
+    if composition.chunks is not None:
+        use = composition.chunks.use
+        chosen = tiers.summaries if use is None else tiers.summaries[-use:]
+        for summary in reversed(chosen):  # newest first, as seed 000 asks
+            text = f"### Messages {summary.start}-{summary.end}\n{summary.text}"
+            items["summaries"].append(
+                _Item("summaries", text, count(text) + 1, (summary.start, summary.end))
+            )
+    if composition.rolling is not None:
+        for pair in reversed(tiers.key_qa[-composition.rolling.keep_pairs :]):
+            tags = f" [{', '.join(pair.tags)}]" if pair.tags else ""
+            text = f"- Q: {pair.q}\n  A: {pair.a}{tags}"
+            items["key_qa"].append(_Item("key_qa", text, count(text) + 1))
+    return items
+
+
+def render_memory(chosen: Sequence[_Item]) -> str:
+    lines = [MEMORY_HEADER]
+    for section in _SECTION_ORDER:
+        texts = [item.text for item in chosen if item.section == section]
+        if section == "key_qa":
+            texts.reverse()  # chosen newest first; read oldest first
+        if texts:
+            lines += ["", _SECTIONS[section], *texts]
+    return "\n".join(lines)
+
+
+def assemble(
+    turn: Reconciled,
+    *,
+    tiers: Tiers,
+    pins: Sequence[Pin],
+    composition: Composition,
+    budget_tokens: int,
+    memory_role: str,
+    count: Count,
+) -> Context:
+    """Every message must carry its token count (``Message.tokens``)."""
+    fixed = _tokens(turn.prompt) + _tokens(turn.new) + TOKENS_PER_REPLY
+    units = window_units(turn, tiers, composition)
+    keep = 0
+    kept_messages = 0
+    while keep < len(units) and kept_messages < composition.window.keep_last:
+        kept_messages += len(units[keep])
+        keep += 1
+    if turn.new and turn.new[0].role == "tool" and units and keep == 0:
+        keep = 1  # tool results are never sent without the call they answer
+
+    items = _memory_items(tiers, pins, composition, count)
+    overhead = count(MEMORY_HEADER) + TOKENS_PER_MESSAGE
+    used = fixed + sum(_tokens(u) for u in units[:keep])
+    chosen: list[_Item] = []
+    sections_open: set[str] = set()
+    window_taken = keep
+    dropped: dict[str, int] = {}
+    for tier in composition.priority:
+        if tier == "window_keep":
+            continue  # already counted: always sent
+        if tier == "window":
+            while (
+                window_taken < len(units) and used + _tokens(units[window_taken]) <= budget_tokens
+            ):
+                used += _tokens(units[window_taken])
+                window_taken += 1
+            dropped["window"] = sum(len(u) for u in units[window_taken:])
+            continue
+        for n, item in enumerate(items[tier]):
+            cost = item.tokens
+            if not chosen:
+                cost += overhead
+            if item.section not in sections_open:
+                cost += count(_SECTIONS[item.section]) + 2
+            if used + cost > budget_tokens:
+                dropped[tier] = len(items[tier]) - n
+                break
+            used += cost
+            chosen.append(item)
+            sections_open.add(item.section)
+
+    window = tuple(m for unit in reversed(units[:window_taken]) for m in unit)
+    memory: tuple[Message, ...] = ()
+    memory_tokens = 0
+    rest = fixed + _tokens(window)
+    while chosen:
+        text = render_memory(chosen)
+        memory_tokens = count(text) + TOKENS_PER_MESSAGE
+        # The per-item estimate can miss by a token at a joint: the exact count decides,
+        # and the item filled last gives way.
+        if rest + memory_tokens <= budget_tokens:
+            memory = (Message(role=memory_role, content=text, tokens=memory_tokens),)
+            break
+        last = chosen.pop()
+        dropped[last.section] = dropped.get(last.section, 0) + 1
+    if not chosen:
+        memory_tokens = 0
+    tier_tokens = {"prompt": _tokens(turn.prompt)}
+    if chosen:
+        tier_tokens["memory"] = memory_tokens
+    tier_tokens |= {"window": _tokens(window), "new": _tokens(turn.new)}
     receipt = Receipt(
-        tiers={"prompt": _tokens(turn.prompt), "window": _tokens(window), "new": _tokens(turn.new)},
+        tiers=tier_tokens,
         window_indexes=tuple(m.index for m in window if m.index),
-        budget_tokens=limits.budget_tokens,
+        budget_tokens=budget_tokens,
+        summaries=tuple(item.key for item in chosen if item.section == "summaries"),
+        pins=tuple(item.key for item in chosen if item.section == "pins"),
+        dropped={k: v for k, v in dropped.items() if v},
     )
-    return Context(messages=turn.prompt + window + turn.new, receipt=receipt)
+    return Context(messages=turn.prompt + memory + window + turn.new, receipt=receipt)

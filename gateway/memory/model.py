@@ -104,11 +104,166 @@ def _tool_call_ids(message: Message) -> tuple[str, ...]:
     return tuple(str(call.get("id", "")) for call in message.tool_calls or ())
 
 
+# --- Long-term tiers (plain data; every tier's state lives in one versioned document) ---
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A summary of the messages ``start``..``end`` (inclusive, 1-based indexes)."""
+
+    start: int
+    end: int
+    text: str
+    ts: float = 0.0
+    fallback: bool = False  # made without the model (it failed or was unreachable)
+
+    def to_data(self) -> dict[str, Any]:
+        return {"range": {"start": self.start, "end": self.end}, "text": self.text, "ts": self.ts,
+                "fallback": self.fallback}  # fmt: skip
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Summary:
+        return cls(data["range"]["start"], data["range"]["end"], data["text"], data.get("ts", 0.0),
+                   data.get("fallback", False))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RollingSummary:
+    """One evolving summary (seed 001's recursive summary, seed 002's rolling summary).
+
+    ``turn`` is the last user turn folded in (seed 002); ``version`` grows by one with
+    every write and never goes back.
+    """
+
+    text: str
+    start: int
+    end: int
+    version: int = 1
+    turn: int = 0
+    ts: float = 0.0
+    fallback: bool = False
+
+    def to_data(self) -> dict[str, Any]:
+        return {"text": self.text, "range": {"start": self.start, "end": self.end},
+                "version": self.version, "turn": self.turn, "ts": self.ts,
+                "fallback": self.fallback}  # fmt: skip
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> RollingSummary:
+        return cls(data["text"], data["range"]["start"], data["range"]["end"],
+                   data.get("version", 1), data.get("turn", 0), data.get("ts", 0.0),
+                   data.get("fallback", False))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class KeyQA:
+    """Seed 002's key question/answer pair, compressed, with relevance tags."""
+
+    q: str
+    a: str
+    tags: tuple[str, ...] = ()
+    turn: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {"q": self.q, "a": self.a, "tags": list(self.tags), "turn": self.turn}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> KeyQA:
+        return cls(data["q"], data["a"], tuple(data.get("tags", ())), data.get("turn", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A durable fact extracted from messages ``start``..``end`` (seed 003's key facts)."""
+
+    text: str
+    start: int = 0
+    end: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {"text": self.text, "range": {"start": self.start, "end": self.end}}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Fact:
+        span = data.get("range") or {}
+        return cls(data["text"], span.get("start", 0), span.get("end", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """Seed 004's semantic pin: content kept in context by importance until removed."""
+
+    id: str
+    content: str
+    importance: float = 0.8
+    source_index: int | None = None
+    pin_type: str = "manual"  # manual | auto
+    created: float = 0.0
+
+    def to_data(self) -> dict[str, Any]:
+        return {"id": self.id, "content": self.content, "importance": self.importance,
+                "source_index": self.source_index, "pin_type": self.pin_type,
+                "created": self.created}  # fmt: skip
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Pin:
+        return cls(data["id"], data["content"], float(data.get("importance", 0.8)),
+                   data.get("source_index"), data.get("pin_type", "manual"),
+                   data.get("created", 0.0))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Tiers:
+    """Every summarizer-written tier of a session, written as one document with a version.
+
+    A job writes a new Tiers only if the stored version is the one it read (compare and
+    set), so a late or duplicate job can never overwrite a newer state.
+    """
+
+    version: int = 0
+    summaries: tuple[Summary, ...] = ()  # oldest first
+    rolling: RollingSummary | None = None
+    key_qa: tuple[KeyQA, ...] = ()  # oldest first
+    facts: tuple[Fact, ...] = ()  # oldest first
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "version": self.version,
+                "summaries": [s.to_data() for s in self.summaries],
+                "rolling": self.rolling.to_data() if self.rolling else None,
+                "key_qa": [k.to_data() for k in self.key_qa],
+                "facts": [f.to_data() for f in self.facts],
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes | None) -> Tiers:
+        if not raw:
+            return cls()
+        data = json.loads(raw)
+        rolling = data.get("rolling")
+        return cls(
+            version=int(data.get("version", 0)),
+            summaries=tuple(Summary.from_data(s) for s in data.get("summaries", ())),
+            rolling=RollingSummary.from_data(rolling) if rolling else None,
+            key_qa=tuple(KeyQA.from_data(k) for k in data.get("key_qa", ())),
+            facts=tuple(Fact.from_data(f) for f in data.get("facts", ())),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SessionState:
-    """What one request loads of a session: its size and its newest stored messages."""
+    """What one request loads of a session: its size, newest messages, tiers and pins."""
 
     message_count: int = 0
     tail: tuple[Message, ...] = ()
     user_id: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    tiers: Tiers = field(default_factory=Tiers)
+    pins: tuple[Pin, ...] = ()
+    pending_jobs: int = 0
+    ended: bool = False
+    turns: int = 0  # user messages so far (seed 002 counts turns)
+    exists: bool = False

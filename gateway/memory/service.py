@@ -1,21 +1,27 @@
 """Runs the memory policy for one request: load, reconcile, assemble; later, record.
 
-The IO edge of the memory package: the store is called here and nowhere else in
-``memory/``; everything between the load and the record is pure.
+The IO edge of the memory package: the store is called here and in the worker, nowhere
+else in ``memory/``; everything between the load and the record is pure.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
-from gateway.config import MemoryConfig
+from gateway.config import Composition, MemoryConfig
 from gateway.identity import Identity
-from gateway.memory.assemble import Context, WindowLimits, assemble
-from gateway.memory.model import Message
+from gateway.memory.assemble import Context, assemble
+from gateway.memory.jobs import schedule
+from gateway.memory.model import Message, Pin, SessionState
 from gateway.memory.reconcile import Reconciled, reconcile
-from gateway.store.keys import SessionKeys
+from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
+from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import RedisStore
 from gateway.tokens import TokenCounter
+
+# A Lua script unpacks its arguments onto the stack; imports go in batches below that limit.
+IMPORT_BATCH = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +30,14 @@ class Turn:
 
     keys: SessionKeys
     identity: Identity
+    state: SessionState
     plan: Reconciled
     context: Context
     model: str
+
+
+def session_keys(identity: Identity) -> SessionKeys:
+    return SessionKeys(identity.tenant, identity.session_id)
 
 
 class MemoryService:
@@ -34,11 +45,7 @@ class MemoryService:
         self.store = store
         self.counter = counter
         self.config = config
-        self.limits = WindowLimits(
-            max_messages=config.effective_window_messages,
-            max_tokens=config.effective_window_tokens,
-            budget_tokens=config.budget_tokens,
-        )
+        self.composition: Composition = config.composition
 
     def _counted(
         self, messages: tuple[Message, ...], model: str, memo: dict[int, Message]
@@ -56,7 +63,7 @@ class MemoryService:
 
     async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
         """Load the session and plan the context (raises ``StoreUnavailable``)."""
-        keys = SessionKeys(identity.tenant, identity.session_id)
+        keys = session_keys(identity)
         state = await self.store.load(keys, self.config.reconcile_tail)
         plan = reconcile(messages, state)
         # Count only what this turn brings (prompt, new, imported): stored messages carry
@@ -69,20 +76,84 @@ class MemoryService:
             to_record=self._counted(plan.to_record, model, memo),
             new=self._counted(plan.new, model, memo),
         )
-        context = assemble(plan, self.limits)
-        return Turn(keys=keys, identity=identity, plan=plan, context=context, model=model)
-
-    async def record(self, turn: Turn, answer: Message, *, now: float) -> tuple[int, int]:
-        """Append this turn's new messages and the answer atomically, in one round trip."""
-        stamped = tuple(
-            replace(m, ts=now)
-            for m in turn.plan.to_record + self._counted((answer,), turn.model, {})
+        context = assemble(
+            plan,
+            tiers=state.tiers,
+            pins=state.pins,
+            composition=self.composition,
+            budget_tokens=self.config.budget_tokens,
+            memory_role=self.config.memory_role,
+            count=lambda text: self.counter.count_text(text, model),
         )
-        return await self.store.record(
+        return Turn(keys, identity, state, plan, context, model)
+
+    async def record(self, turn: Turn, answer: Message, *, now: float) -> None:
+        """Append this turn's new messages and the answer atomically, then enqueue jobs."""
+        messages = turn.plan.to_record + self._counted((answer,), turn.model, {})
+        await self._append(
             turn.keys,
-            stamped,
+            turn.identity.user_id,
+            messages,
+            tail=turn.state.tail,
             now=now,
-            user_id=turn.identity.user_id,
             truncate_to=turn.plan.truncate_to,
             expected_count=turn.plan.expected_count,
         )
+
+    async def import_messages(
+        self, keys: SessionKeys, user_id: str | None, messages: tuple[Message, ...], *, now: float
+    ) -> int:
+        """Append messages as if they had been exchanged (the same policy runs); the count."""
+        state = await self.store.load(keys, self.config.reconcile_tail)
+        tail = state.tail
+        count = state.message_count
+        model = self.counter.default_model
+        for start in range(0, len(messages), IMPORT_BATCH):
+            batch = self._counted(messages[start : start + IMPORT_BATCH], model, {})
+            tail, count = await self._append(keys, user_id, batch, tail=tail, now=now)
+        return count
+
+    async def _append(
+        self,
+        keys: SessionKeys,
+        user_id: str | None,
+        messages: tuple[Message, ...],
+        *,
+        tail: tuple[Message, ...],
+        now: float,
+        truncate_to: int | None = None,
+        expected_count: int = 0,
+    ) -> tuple[tuple[Message, ...], int]:
+        stamped = tuple(replace(m, ts=now) for m in messages)
+        recorded = await self.store.record(
+            keys,
+            stamped,
+            now=now,
+            user_id=user_id,
+            truncate_to=truncate_to,
+            expected_count=expected_count,
+        )
+        appended = tuple(replace(m, index=recorded.first + i) for i, m in enumerate(stamped))
+        history = tuple(m for m in tail if m.index < recorded.first) + appended
+        jobs = schedule(
+            self.composition,
+            history,
+            count_before=recorded.first - 1,
+            turns_before=recorded.turns - sum(1 for m in appended if m.role == "user"),
+        )
+        if jobs:
+            await self.store.enqueue(keys, jobs)
+        if self.composition.pins is not None and self.composition.pins.auto_pin:
+            for message in appended:
+                content = requested_pin(message)
+                if content is not None:
+                    await self.store.add_pin(keys, auto_pin(content, message.index, now))
+        if recorded.new_user and user_id:
+            await self.store.index_user_session(UserKeys(keys.tenant, user_id), keys.session_id)
+        return history[-self.config.reconcile_tail :], recorded.count
+
+
+def auto_pin(content: str, source_index: int, now: float) -> Pin:
+    """A pin the user asked for in a message; its id is derived, so a retry re-pins nothing."""
+    digest = hashlib.sha256(f"{source_index}:{content}".encode()).hexdigest()[:12]
+    return Pin(f"pin_auto_{digest}", content, AUTO_PIN_IMPORTANCE, source_index, "auto", now)

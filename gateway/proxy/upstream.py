@@ -25,6 +25,7 @@ import httpx
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamTimeout, UpstreamUnreachable
+from gateway.memory.summarizer import SummarizerUnavailable
 
 
 class UpstreamStreamBroken(Exception):
@@ -159,6 +160,71 @@ class Upstream:
             _response=response,
             _idle_s=self.config.timeouts.idle_s,
         )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class UpstreamChatModel:
+    """The summarizer's model: one non-streaming chat completion per call (a ``ChatModel``).
+
+    Its own client, with the same rules as ``Upstream`` (no cookies kept, no redirect
+    followed, no retry): a summary is never worth replaying a billed request. The whole
+    call, body included, is bounded by ``timeout_s``; every failure is one exception,
+    ``SummarizerUnavailable``, on which the summarizer falls back.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout_s: float,
+        temperature: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.api_key = api_key
+        self.model = model
+        self.timeout_s = timeout_s
+        self.temperature = temperature
+        self.client = httpx.AsyncClient(
+            transport=transport or httpx.AsyncHTTPTransport(retries=0),
+            # httpx's own limits (5 s by default) would cut a slow model short of timeout_s.
+            timeout=httpx.Timeout(timeout_s),
+            follow_redirects=False,
+            cookies=CookieJar(policy=_NoCookies()),
+        )
+
+    async def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> str:
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
+        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await self.client.post(self.url, json=body, headers=headers)
+        except TimeoutError:
+            raise SummarizerUnavailable(
+                f"summarizer model sent no answer within {self.timeout_s:g} s"
+            ) from None
+        except httpx.HTTPError as error:
+            raise SummarizerUnavailable(
+                f"cannot reach the summarizer model: {type(error).__name__}"
+            ) from None
+        if response.status_code != 200:
+            raise SummarizerUnavailable(f"summarizer model answered {response.status_code}")
+        try:
+            content = response.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise SummarizerUnavailable("summarizer model sent a malformed body") from None
+        if not isinstance(content, str):
+            raise SummarizerUnavailable("summarizer model sent no text content")
+        return content
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -1,9 +1,20 @@
 """The whole Redis key schema.
 
 Every key of one session carries the same hash tag ``{<tenant>.<session>}`` so that the
-session's atomic append (a Lua script) stays in one Redis Cluster slot. The session id
-enters keys only as a hash: ids may hold any printable character, braces included, which
-would otherwise break the tag; the id itself is kept in the session's meta hash.
+session's atomic scripts (append a turn, compare-and-set the tiers) stay in one Redis
+Cluster slot. A user's index of sessions lives in the user's own slot. The ids enter
+keys only as hashes: they may hold any printable character, braces included, which
+would otherwise break the tag; the ids themselves are kept in the meta hash.
+
+    mg:{t.s}:meta     HASH    sid, user_id, created, updated, turns, ended
+    mg:{t.s}:log      LIST    every message as JSON; position + 1 is its index
+    mg:{t.s}:tiers    STRING  summaries, evolving summary, key Q/A, facts (JSON, versioned)
+    mg:{t.s}:pins     HASH    pin id -> pin JSON
+    mg:{t.s}:jobs     HASH    job id -> job JSON, while the job is pending
+    mg:{t.s}:lease    STRING  the runner working on the session's jobs (expires)
+    mg:{t.u}:sessions SET     session ids of one user
+    mg:jobs           STREAM  job notices {tenant, sid, job}; consumer group "summarizers"
+    mg:tenant-secret  STRING  the HMAC key of tenant ids (when not configured)
 """
 
 from __future__ import annotations
@@ -13,6 +24,12 @@ from dataclasses import dataclass
 
 PREFIX = "mg"
 TENANT_SECRET_KEY = f"{PREFIX}:tenant-secret"
+JOB_STREAM = f"{PREFIX}:jobs"
+JOB_GROUP = "summarizers"
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,18 +41,43 @@ class SessionKeys:
 
     @property
     def tag(self) -> str:
-        sid = hashlib.sha256(self.session_id.encode()).hexdigest()[:24]
-        return f"{{{self.tenant}.{sid}}}"
+        return f"{{{self.tenant}.{_digest(self.session_id)}}}"
 
     @property
     def meta(self) -> str:
-        """HASH: sid, user_id, created, updated."""
         return f"{PREFIX}:{self.tag}:meta"
 
     @property
     def log(self) -> str:
-        """LIST: every recorded message as JSON; position + 1 is the message index."""
         return f"{PREFIX}:{self.tag}:log"
 
+    @property
+    def tiers(self) -> str:
+        return f"{PREFIX}:{self.tag}:tiers"
+
+    @property
+    def pins(self) -> str:
+        return f"{PREFIX}:{self.tag}:pins"
+
+    @property
+    def jobs(self) -> str:
+        return f"{PREFIX}:{self.tag}:jobs"
+
+    @property
+    def lease(self) -> str:
+        return f"{PREFIX}:{self.tag}:lease"
+
     def all(self) -> tuple[str, ...]:
-        return (self.meta, self.log)
+        return (self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease)
+
+
+@dataclass(frozen=True, slots=True)
+class UserKeys:
+    """Key builders for one tenant's user (an index of their sessions)."""
+
+    tenant: str
+    user_id: str
+
+    @property
+    def sessions(self) -> str:
+        return f"{PREFIX}:{{{self.tenant}.u{_digest(self.user_id)}}}:sessions"

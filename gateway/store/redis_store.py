@@ -1,35 +1,57 @@
 """The Redis store: one round trip to load a session, one atomic script to record a turn.
 
-Every call runs under a short deadline (``redis.timeout_ms``): redis-py's own defaults take
-seconds to notice a dead server, and the gateway must answer first. A missed deadline or
-any connection error surfaces as ``StoreUnavailable``; the route decides between
-fail-open and fail-closed.
+Every call runs under a deadline (``redis.timeout_ms`` on the request path): redis-py's
+own defaults take seconds to notice a dead server, and the gateway must answer first. A
+missed deadline or any connection error surfaces as ``StoreUnavailable``; the caller
+decides between fail-open and fail-closed. Key shapes live in ``keys.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
-from gateway.memory.model import Message, SessionState
-from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
+from gateway.memory.jobs import Job
+from gateway.memory.model import Message, Pin, SessionState, Tiers
+from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
 
 T = TypeVar("T")
+
+# The job stream is a notice board, not the record (each session's jobs hash is):
+# trimming it approximately keeps it bounded when no worker runs.
+STREAM_MAXLEN = 100_000
 
 
 class StoreUnavailable(Exception):
     """Redis did not answer in time, or answered with an error."""
 
 
-# KEYS: meta, log.  ARGV: ttl_s, now, session_id, user_id ("" = keep), truncate_to
-# (-1 = none), expected_count, message JSON...
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    first: int  # index of the first appended message
+    count: int  # messages in the session now
+    turns: int  # user messages in the session now
+    new_user: bool  # the session's user id was set or changed by this append
+
+
+@dataclass(frozen=True, slots=True)
+class JobNotice:
+    entry_id: bytes
+    keys: SessionKeys
+    job_id: str
+
+
+# KEYS: meta, log, tiers, pins, jobs.  ARGV: ttl_s, now, session_id, user_id ("" = keep),
+# truncate_to (-1 = none), expected_count, user messages appended, message JSON...
 # Appends after an optional truncation (a regenerate replacing the stored answer) in one
 # step, so concurrent turns never interleave and a reader never sees half a turn. The
 # truncation only happens if the log still has the length the request saw: if another
@@ -44,18 +66,54 @@ if truncate_to >= 0 and n == tonumber(ARGV[6]) then
   end
 end
 local first = n + 1
-if #ARGV >= 7 then
-  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 7))
+if #ARGV >= 8 then
+  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 8))
+end
+local new_user = 0
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'user_id') ~= ARGV[4] then
+  redis.call('HSET', KEYS[1], 'user_id', ARGV[4])
+  new_user = 1
 end
 redis.call('HSET', KEYS[1], 'sid', ARGV[3], 'updated', ARGV[2])
 redis.call('HSETNX', KEYS[1], 'created', ARGV[2])
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'user_id', ARGV[4])
-end
+redis.call('HDEL', KEYS[1], 'ended')
+local turns = redis.call('HINCRBY', KEYS[1], 'turns', tonumber(ARGV[7]))
 local ttl = tonumber(ARGV[1])
-redis.call('EXPIRE', KEYS[1], ttl)
-redis.call('EXPIRE', KEYS[2], ttl)
-return {first, n}
+for i = 1, #KEYS do
+  redis.call('EXPIRE', KEYS[i], ttl)
+end
+return {first, n, turns, new_user}
+"""
+
+# KEYS: meta, tiers, jobs.  ARGV: expected version, tiers JSON, job id, ttl_s.
+# Writes a job's result only if nobody wrote since the job read the tiers (versions never
+# go back), and only if the session still exists: an erased session must not be
+# resurrected by a job that was in flight when it was erased.
+WRITE_TIERS_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  return -1
+end
+local current = redis.call('GET', KEYS[2])
+local version = 0
+if current then
+  version = tonumber(cjson.decode(current)['version'])
+end
+if version ~= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', tonumber(ARGV[4]))
+redis.call('HDEL', KEYS[3], ARGV[3])
+return 1
+"""
+
+
+# KEYS: lease. ARGV: holder. Releases the lease only if we still hold it.
+RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 """
 
 
@@ -77,14 +135,21 @@ def create_client(url: str, *, timeout_s: float, max_connections: int) -> redis.
     return redis.Redis(connection_pool=pool)
 
 
+def _notice(entry_id: bytes, fields: dict[bytes, bytes]) -> JobNotice:
+    keys = SessionKeys(fields[b"tenant"].decode(), fields[b"sid"].decode())
+    return JobNotice(entry_id, keys, fields[b"job"].decode())
+
+
 class RedisStore:
-    """Session memory in Redis, every call bounded by the configured deadline."""
+    """Session memory in Redis, every call bounded by a deadline."""
 
     def __init__(self, client: redis.Redis, *, timeout_s: float, retention_s: int) -> None:
         self.client = client
         self.timeout_s = timeout_s
         self.retention_s = retention_s
         self._record = client.register_script(RECORD_SCRIPT)
+        self._write_tiers = client.register_script(WRITE_TIERS_SCRIPT)
+        self._release = client.register_script(RELEASE_SCRIPT)
 
     async def _bounded(self, call: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
         try:
@@ -92,6 +157,16 @@ class RedisStore:
                 return await call()
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
+
+    async def _pipeline(self, build: Callable[[Any], None]) -> list[Any]:
+        """One round trip of several commands (not a transaction)."""
+
+        async def run() -> list[Any]:
+            async with self.client.pipeline(transaction=False) as pipe:
+                build(pipe)
+                return await pipe.execute()
+
+        return await self._bounded(run)
 
     async def ping(self, timeout_s: float | None = None) -> None:
         await self._bounded(self.client.ping, timeout_s)
@@ -108,24 +183,32 @@ class RedisStore:
 
         return await self._bounded(get_or_create, timeout_s)
 
+    # --- the request path ---
+
     async def load(self, keys: SessionKeys, tail: int) -> SessionState:
-        """The session's size, user and newest ``tail`` messages, in one round trip."""
+        """Everything one request needs of a session, in one round trip."""
 
-        async def read() -> list[Any]:
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.hgetall(keys.meta)
-                pipe.llen(keys.log)
-                pipe.lrange(keys.log, -tail, -1)
-                return await pipe.execute()
+        def build(pipe: Any) -> None:
+            pipe.hgetall(keys.meta)
+            pipe.llen(keys.log)
+            pipe.lrange(keys.log, -tail, -1)
+            pipe.get(keys.tiers)
+            pipe.hvals(keys.pins)
+            pipe.hlen(keys.jobs)
 
-        meta, count, raw = await self._bounded(read)
+        meta, count, raw, tiers, pins, pending = await self._pipeline(build)
         first = count - len(raw) + 1
-        messages = tuple(Message.from_json(item, first + i) for i, item in enumerate(raw))
         user = meta.get(b"user_id")
         return SessionState(
             message_count=int(count),
-            tail=messages,
+            tail=tuple(Message.from_json(item, first + i) for i, item in enumerate(raw)),
             user_id=user.decode() if user else None,
+            tiers=Tiers.from_json(tiers),
+            pins=tuple(Pin.from_data(json.loads(p)) for p in pins),
+            pending_jobs=int(pending),
+            ended=b"ended" in meta,
+            turns=int(meta.get(b"turns", 0)),
+            exists=bool(meta),
         )
 
     async def record(
@@ -137,8 +220,8 @@ class RedisStore:
         user_id: str | None,
         truncate_to: int | None = None,
         expected_count: int = 0,
-    ) -> tuple[int, int]:
-        """Append messages atomically; returns (index of the first, new message count)."""
+    ) -> Recorded:
+        """Append messages atomically, numbering them; one round trip."""
         args: list[Any] = [
             self.retention_s,
             repr(now),
@@ -146,10 +229,147 @@ class RedisStore:
             user_id or "",
             -1 if truncate_to is None else truncate_to,
             expected_count,
+            sum(1 for m in messages if m.role == "user"),
             *(message.to_json() for message in messages),
         ]
-        first, count = await self._bounded(lambda: self._record(keys=list(keys.all()), args=args))
-        return int(first), int(count)
+        first, count, turns, new_user = await self._bounded(
+            lambda: self._record(keys=list(keys.all()), args=args)
+        )
+        return Recorded(int(first), int(count), int(turns), bool(new_user))
+
+    async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:
+        """Remember the session's pending jobs and notify the workers (one round trip)."""
+
+        def build(pipe: Any) -> None:
+            pipe.hset(keys.jobs, mapping={job.id: json.dumps(job.to_data()) for job in jobs})
+            pipe.expire(keys.jobs, self.retention_s)
+            for job in jobs:
+                notice = {"tenant": keys.tenant, "sid": keys.session_id, "job": job.id}
+                pipe.xadd(JOB_STREAM, notice, maxlen=STREAM_MAXLEN, approximate=True)
+
+        await self._pipeline(build)
+
+    async def index_user_session(self, user: UserKeys, session_id: str) -> None:
+        def build(pipe: Any) -> None:
+            pipe.sadd(user.sessions, session_id)
+            pipe.expire(user.sessions, self.retention_s)
+
+        await self._pipeline(build)
+
+    # --- the worker and the memory API ---
+
+    async def messages(self, keys: SessionKeys, start: int, end: int) -> list[Message]:
+        """Messages ``start``..``end`` (1-based, inclusive); ``end`` -1 means the last."""
+        stop = end - 1 if end > 0 else -1
+        raw = await self._bounded(lambda: self.client.lrange(keys.log, start - 1, stop))
+        return [Message.from_json(item, start + i) for i, item in enumerate(raw)]
+
+    async def job_state(self, keys: SessionKeys) -> tuple[bool, Tiers, list[Job]]:
+        """Whether the session exists, its tiers, and its pending jobs (oldest first)."""
+
+        def build(pipe: Any) -> None:
+            pipe.exists(keys.meta)
+            pipe.get(keys.tiers)
+            pipe.hvals(keys.jobs)
+
+        exists, tiers, raw_jobs = await self._pipeline(build)
+        jobs = sorted(
+            (Job.from_data(json.loads(j)) for j in raw_jobs), key=lambda j: (j.trigger, j.id)
+        )
+        return bool(exists), Tiers.from_json(tiers), jobs
+
+    async def write_tiers(
+        self, keys: SessionKeys, expected_version: int, tiers: Tiers, job: Job
+    ) -> int:
+        """Compare-and-set: 1 written, 0 someone wrote first, -1 the session is gone."""
+        args: list[Any] = [expected_version, tiers.to_json(), job.id, self.retention_s]
+        keys_ = [keys.meta, keys.tiers, keys.jobs]
+        return int(await self._bounded(lambda: self._write_tiers(keys=keys_, args=args)))
+
+    async def take_lease(self, keys: SessionKeys, holder: str, ttl_ms: int) -> bool:
+        """One runner at a time per session: no duplicate summarizer calls, jobs in order."""
+        taken = await self._bounded(lambda: self.client.set(keys.lease, holder, nx=True, px=ttl_ms))
+        return bool(taken)
+
+    async def release_lease(self, keys: SessionKeys, holder: str) -> None:
+        await self._bounded(lambda: self._release(keys=[keys.lease], args=[holder]))
+
+    async def finish_job(self, keys: SessionKeys, job: Job) -> None:
+        await self._bounded(lambda: self.client.hdel(keys.jobs, job.id))
+
+    async def add_pin(self, keys: SessionKeys, pin: Pin) -> None:
+        def build(pipe: Any) -> None:
+            pipe.hset(keys.pins, pin.id, json.dumps(pin.to_data()))
+            pipe.expire(keys.pins, self.retention_s)
+
+        await self._pipeline(build)
+
+    async def delete_pin(self, keys: SessionKeys, pin_id: str) -> bool:
+        return bool(await self._bounded(lambda: self.client.hdel(keys.pins, pin_id)))
+
+    async def meta(self, keys: SessionKeys) -> dict[str, str]:
+        raw: Any = await self._bounded(lambda: self.client.hgetall(keys.meta))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    async def end_session(self, keys: SessionKeys, now: float) -> None:
+        await self._bounded(lambda: self.client.hset(keys.meta, "ended", repr(now)))
+
+    async def erase_session(self, keys: SessionKeys) -> bool:
+        """Delete every key of the session and its entry in its user's index."""
+        meta = await self.meta(keys)
+        deleted: int = await self._bounded(lambda: self.client.delete(*keys.all()))
+        if meta.get("user_id"):
+            user = UserKeys(keys.tenant, meta["user_id"])
+            await self._bounded(lambda: self.client.srem(user.sessions, keys.session_id))
+        return bool(deleted)
+
+    async def user_sessions(self, user: UserKeys) -> list[str]:
+        raw: Any = await self._bounded(lambda: self.client.smembers(user.sessions))
+        return sorted(item.decode() for item in raw)
+
+    async def erase_user(self, user: UserKeys) -> int:
+        sessions = await self.user_sessions(user)
+        for session_id in sessions:
+            await self.erase_session(SessionKeys(user.tenant, session_id))
+        await self._bounded(lambda: self.client.delete(user.sessions))
+        return len(sessions)
+
+    # --- the job stream ---
+
+    async def ensure_group(self) -> None:
+        async def create() -> None:
+            try:
+                await self.client.xgroup_create(JOB_STREAM, JOB_GROUP, id="0", mkstream=True)
+            except ResponseError as error:
+                if "BUSYGROUP" not in str(error):  # the group exists: fine
+                    raise
+
+        await self._bounded(create)
+
+    async def read_jobs(self, consumer: str, *, count: int, block_ms: int) -> list[JobNotice]:
+        raw: Any = await self._bounded(
+            lambda: self.client.xreadgroup(
+                JOB_GROUP, consumer, {JOB_STREAM: ">"}, count=count, block=block_ms
+            ),
+            timeout_s=self.timeout_s + block_ms / 1000,
+        )
+        return [_notice(entry, fields) for _, entries in raw or () for entry, fields in entries]
+
+    async def reclaim_jobs(self, consumer: str, *, min_idle_ms: int, count: int) -> list[JobNotice]:
+        """Take over jobs a crashed consumer read but never acknowledged."""
+        result: Any = await self._bounded(
+            lambda: self.client.xautoclaim(
+                JOB_STREAM, JOB_GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+            )
+        )
+        return [_notice(entry, fields) for entry, fields in result[1] if fields]
+
+    async def ack_job(self, notice: JobNotice) -> None:
+        def build(pipe: Any) -> None:
+            pipe.xack(JOB_STREAM, JOB_GROUP, notice.entry_id)
+            pipe.xdel(JOB_STREAM, notice.entry_id)
+
+        await self._pipeline(build)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -18,9 +18,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import Settings, parse_settings
-from gateway.proxy.upstream import Upstream
-from gateway.store.redis_store import RedisStore, create_client
-from gateway.tokens import TokenCounter
+from gateway.wiring import build_clients
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import RedisProcess, ServerThread
 
@@ -132,25 +130,21 @@ def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Setti
         "upstream": {"base_url": upstream_url, "timeouts": {"first_byte_s": 5, "idle_s": 5}},
         "redis": {"url": redis_url},
         "memory": {"preset": "hybrid"},
+        "summarizer": {"model": "fake-summarizer"},
     }
     return parse_settings(_merge(base, overrides), environ={})
 
 
 def start_gateway(settings: Settings) -> ServerThread:
-    timeout_s = settings.redis.timeout_ms / 1000
-    store = RedisStore(
-        create_client(settings.redis.url, timeout_s=timeout_s, max_connections=16),
-        timeout_s=timeout_s,
-        retention_s=int(settings.redis.retention_days * 86400),
+    clients = build_clients(settings, settings.redis.url)
+    app = create_app(
+        settings,
+        upstream=clients.upstream,
+        store=clients.store,
+        tokenizer=clients.tokenizer,
+        runner=clients.runner(settings),
     )
-    upstream = Upstream(settings.upstream)
-    app = create_app(settings, upstream=upstream, store=store, tokenizer=TokenCounter())
-
-    async def close() -> None:
-        await upstream.aclose()
-        await store.close()
-
-    return ServerThread(app, on_stop=close).start()
+    return ServerThread(app, on_stop=clients.aclose).start()
 
 
 GatewayFactory = Callable[..., ServerThread]

@@ -13,6 +13,9 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
     stall-stream     two chunks, then silence for 30 s
     break-stream     two chunks, then the connection is cut
     malformed-sse    garbage lines mixed into a valid stream
+    fake-summarizer  a deterministic, valid answer to each summarizer prompt (by its
+                     ``[memory-gateway:<kind>]`` marker), extracted from the prompt
+    broken-summarizer  an invalid summary ("Certainly! Here's a poem: ...") for every kind
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from gateway.memory.summarizer import SECTIONS
 
 
 @dataclass
@@ -251,6 +256,8 @@ def reply_to(
     messages: list[dict[str, Any]], model: str
 ) -> tuple[str | None, list[dict[str, Any]] | None]:
     """What the fake model says, knowing only ``messages``."""
+    if model in ("fake-summarizer", "broken-summarizer"):
+        return summarizer_reply(messages, model), None
     last = messages[-1]
     if model == "tool-caller":
         if last["role"] == "tool":
@@ -271,3 +278,107 @@ def reply_to(
             return f"Your {attribute} is {found}.", None
         return f"I don't know your {attribute}.", None
     return f"ack: {_text(last)}", None
+
+
+# --- The fake summarizer model ---------------------------------------------------------
+
+BROKEN_SUMMARY = "Certainly! Here's a poem: roses bloom where silver rivers run all night."
+_MARKER = re.compile(r"^\[memory-gateway:([a-z-]+)\]")
+_MESSAGE_LINE = re.compile(r"^Message \d+ \((\w+)\): (.*)$", re.M)
+_HEADING_LINE = re.compile(r"^#+\s+(.*?)\s*$")
+
+
+def _head(text: str, words: int = 12) -> str:
+    return " ".join(text.split()[:words])
+
+
+def _between(text: str, start: str, end: str | None) -> str:
+    """The text after ``start`` and before ``end`` (or the end of the text)."""
+    if start not in text:
+        return ""
+    rest = text.split(start, 1)[1]
+    return rest.split(end, 1)[0].strip() if end and end in rest else rest.strip()
+
+
+def _user_lines(prompt: str) -> list[str]:
+    found = [(role, text) for role, text in _MESSAGE_LINE.findall(prompt) if text.strip()]
+    users = [text for role, text in found if role == "User"]
+    return [_head(text) for text in users or [text for _, text in found]]
+
+
+def _newest_within(lines: list[str], max_words: int) -> list[str]:
+    """The newest lines whose words add up to at most ``max_words``."""
+    kept: list[str] = []
+    total = 0
+    for line in reversed(lines):
+        total += len(line.split())
+        if total > max_words:
+            break
+        kept.insert(0, line)
+    return kept
+
+
+def _sectioned(previous: str, new: list[str], max_items: int) -> str:
+    """Seed 001's four sections: the previous items kept, new lines in current context."""
+    items: dict[str, list[str]] = {section: [] for section in SECTIONS}
+    current = SECTIONS[1]
+    for line in previous.splitlines():
+        heading = _HEADING_LINE.match(line)
+        if heading and heading.group(1) in items:
+            current = heading.group(1)
+        elif line.strip().startswith("- "):
+            items[current].append(line.strip()[2:])
+    items[SECTIONS[1]] += new
+    return "\n\n".join(
+        f"## {section}" + "".join(f"\n- {item}" for item in items[section][-max_items:])
+        for section in SECTIONS
+    )
+
+
+def summarizer_reply(messages: list[dict[str, Any]], model: str) -> str:
+    """A valid answer to a summarizer prompt, built only from what the prompt holds."""
+    if model == "broken-summarizer":
+        return BROKEN_SUMMARY
+    found = _MARKER.match(_text(messages[0]))
+    kind = found.group(1) if found else "chunk"
+    prompt = _text(messages[-1])
+    limit = re.search(r"under (\d+) words", _text(messages[0]) + prompt)
+    max_words = int(limit.group(1)) if limit else 200
+    if kind == "key-qa":
+        question = _between(prompt, "QUESTION: ", "\nANSWER: ")
+        answer = _between(prompt, "\nANSWER: ", None)
+        asking = {"what", "which", "when", "where", "does", "have", "that", "this", "with"}
+        words = [w for w in re.findall(r"[a-z]+", question.lower()) if len(w) >= 4]
+        words = [w for w in words if w not in asking]
+        tags = list(dict.fromkeys(words))[:3] or ["general"]
+        return json.dumps({"q": _head(question, 20), "a": _head(answer, 30), "tags": tags})
+    if kind == "facts":
+        most = re.search(r"at most (\d+)", _text(messages[0]))
+        count = int(most.group(1)) if most else 10
+        texts = [t for role, t in _MESSAGE_LINE.findall(prompt) if role == "User"]
+        facts = [
+            _head(sentence, 20)
+            for text in texts
+            for sentence in re.split(r"(?<=[.!?])\s+", text)
+            if "my " in sentence.lower() or any(c.isdigit() for c in sentence)
+        ]
+        return json.dumps(facts[:count])
+    if kind.startswith("recursive"):
+        previous = _between(prompt, "Previous Summary:\n", "\n\nNew User Content") or _between(
+            prompt, "Summary:\n", "\n\nNew User Content"
+        )
+        max_items = 5 if kind == "recursive-compress" else 40
+        return _sectioned(previous, _user_lines(prompt), max_items)
+    if kind == "merge":
+        parts = re.split(r"(?:^|\n\n)Summary \d+: ", prompt)
+        lines = [_head(part) for part in parts if part.strip()]
+    elif kind in ("fold", "compress"):
+        previous = _between(prompt, "CURRENT SUMMARY:\n", "\nNEW ")
+        lines = [] if previous == "(none yet)" else previous.splitlines()
+        if kind == "fold":
+            lines.append("User asked: " + _head(_between(prompt, "NEW QUESTION: ", "\n")))
+        else:
+            lines += ["User said: " + line for line in _user_lines(prompt)]
+    else:
+        lines = ["User said: " + line for line in _user_lines(prompt)]
+    return "\n".join(_newest_within(lines, max_words)) or "User said nothing of note."

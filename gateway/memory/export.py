@@ -1,0 +1,60 @@
+"""A session as seed 001's session markdown (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.memory.model import Message, SessionState, content_text
+
+
+def _iso(ts: str | None) -> str:
+    if not ts:
+        return "(open)"
+    return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _line(index: int, role: str, text: str) -> str:
+    return f"**Message {index} ({role.title()}):** {text}"
+
+
+def session_markdown(
+    session_id: str,
+    meta: Mapping[str, str],
+    state: SessionState,
+    messages: Sequence[Message],
+    view: Mapping[str, Any],
+) -> str:
+    """Metadata, the short-term window, the medium-term summary, and the other tiers."""
+    rolling = state.tiers.rolling
+    lines = [
+        f"# Session: {session_id}",
+        "",
+        "## Metadata",
+        f"- Start: {_iso(meta.get('created'))}",
+        f"- End: {_iso(meta.get('ended'))}",
+        f"- Message Count: {state.message_count}",
+        f"- Summary Version: {rolling.version if rolling else state.tiers.version}",
+        "",
+        f"## Short-Term Messages (Last {len(view['window'])})",
+    ]
+    lines += [_line(m["index"], m["role"], content_text(m.get("content"))) for m in view["window"]]
+    lines += ["", "## Medium-Term Summary"]
+    if rolling is not None:
+        lines.append(f"(messages {rolling.start}-{rolling.end})")
+        lines.append(rolling.text)
+    for summary in reversed(state.tiers.summaries):
+        lines += [f"### Messages {summary.start}-{summary.end}", summary.text]
+    if rolling is None and not state.tiers.summaries:
+        lines.append("(none yet)")
+    if state.tiers.key_qa:
+        lines += ["", "## Key Questions and Answers"]
+        lines += [f"- Q: {k.q} A: {k.a}" for k in state.tiers.key_qa]
+    if state.tiers.facts:
+        lines += ["", "## Key Facts", *(f"- {f.text}" for f in state.tiers.facts)]
+    if state.pins:
+        lines += ["", "## Pins", *(f"- ({p.importance:.2f}) {p.content}" for p in state.pins)]
+    lines += ["", "## Full Transcript"]
+    lines += [_line(m.index, m.role, m.text) for m in messages]
+    return "\n".join(lines) + "\n"

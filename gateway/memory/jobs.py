@@ -1,0 +1,264 @@
+"""Summarization jobs: when they are due (pure) and what they do to the tiers.
+
+A job names a message range and the trigger that made it due. Its id is derived from
+those, so enqueuing the same job twice is harmless, and running it twice is a no-op:
+``run_job`` first checks whether the tiers already hold its effect. Together with the
+version compare-and-set of the store, that makes at-least-once delivery safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from gateway.config import Composition
+from gateway.memory.model import Fact, Message, RollingSummary, Summary, Tiers
+
+if TYPE_CHECKING:
+    from gateway.memory.summarizer import Summarizer
+
+JobKind = Literal["chunk", "recursive", "fold", "compress"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    kind: JobKind
+    start: int  # first message index the job reads
+    end: int  # last message index the job reads
+    trigger: int  # the message count that made it due
+    turn: int = 0  # seed 002: the user turn folded or compressed
+    question: int = 0  # seed 002: index of that turn's user message
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}:{self.start}-{self.end}:t{self.turn}"
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": self.kind, "start": self.start, "end": self.end,
+                "trigger": self.trigger, "turn": self.turn, "question": self.question}  # fmt: skip
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Job:
+        return cls(data["kind"], int(data["start"]), int(data["end"]), int(data["trigger"]),
+                   int(data.get("turn", 0)), int(data.get("question", 0)))  # fmt: skip
+
+
+def _due(n: int, first_at: int, every: int) -> bool:
+    return n >= first_at and (n - first_at) % every == 0
+
+
+def schedule(
+    composition: Composition,
+    history: Sequence[Message],
+    *,
+    count_before: int,
+    turns_before: int,
+) -> list[Job]:
+    """Jobs made due by the messages just appended (those in ``history`` past count_before).
+
+    ``history`` holds the appended messages with their indexes, preceded by as much of the
+    stored tail as was loaded (seed 002 needs the start of older turns).
+    """
+    appended = [m for m in history if m.index > count_before]
+    if not appended:
+        return []
+    count_after = appended[-1].index
+    jobs: list[Job] = []
+    chunks = composition.chunks
+    recursive = composition.recursive
+    for n in range(count_before + 1, count_after + 1):
+        if chunks is not None and _due(n, chunks.first_at, chunks.every):
+            end = n - chunks.lag
+            jobs.append(Job("chunk", max(1, end - chunks.size + 1), end, n))
+        if recursive is not None and n == recursive.first_at:
+            jobs.append(Job("recursive", 1, n - 1, n))
+        elif recursive is not None and _due(n, recursive.first_at, recursive.every):
+            end = n - recursive.lag
+            jobs.append(Job("recursive", max(1, end - recursive.every + 1), end, n))
+    if composition.rolling is not None:
+        jobs += _rolling_jobs(composition, history, count_before, turns_before)
+    return jobs
+
+
+def _rolling_jobs(
+    composition: Composition, history: Sequence[Message], count_before: int, turns_before: int
+) -> list[Job]:
+    """Seed 002: one job per answered user turn; compression on turns > 6 with t % 4 == 0."""
+    rolling = composition.rolling
+    assert rolling is not None
+    users_appended = sum(1 for m in history if m.index > count_before and m.role == "user")
+    turn = turns_before + users_appended - sum(1 for m in history if m.role == "user")
+    turn_starts: dict[int, int] = {}  # turn number -> index of its user message
+    question = 0
+    answered = True
+    jobs: list[Job] = []
+    for message in history:
+        if message.role == "user":
+            turn += 1
+            turn_starts[turn] = message.index
+            question, answered = message.index, False
+        elif (
+            message.role == "assistant"
+            and message.text
+            and not answered
+            and question
+            and message.index > count_before
+        ):
+            answered = True
+            compress = turn > rolling.compress_after_turn and turn % rolling.compress_every == 0
+            if compress:
+                first_turn = max(1, turn - rolling.compress_every + 1)
+                if turn - rolling.compress_every <= rolling.compress_after_turn:
+                    first_turn = 1  # the first compression takes everything so far
+                start = 1 if first_turn == 1 else turn_starts.get(first_turn, history[0].index)
+                jobs.append(Job("compress", start, message.index, message.index, turn, question))
+            else:
+                jobs.append(Job("fold", question, message.index, message.index, turn, question))
+    return jobs
+
+
+def needed_range(job: Job, tiers: Tiers) -> tuple[int, int]:
+    """The messages ``run_job`` will read for this job, given the current tiers."""
+    if job.kind == "recursive" and tiers.rolling is not None:
+        # Catch up on anything a lost job left out, so no message is skipped.
+        return min(job.start, tiers.rolling.end + 1), job.end
+    return job.start, job.end
+
+
+async def run_job(
+    job: Job,
+    composition: Composition,
+    tiers: Tiers,
+    messages: Sequence[Message],
+    summarizer: Summarizer,
+    *,
+    now: float,
+) -> Tiers | None:
+    """The tiers after this job, or None when the tiers already hold its effect."""
+    if job.kind == "chunk":
+        return await _chunk(job, composition, tiers, messages, summarizer, now)
+    if job.kind == "recursive":
+        return await _recursive(job, composition, tiers, messages, summarizer, now)
+    return await _rolling(job, composition, tiers, messages, summarizer, now)
+
+
+async def _chunk(
+    job: Job,
+    composition: Composition,
+    tiers: Tiers,
+    messages: Sequence[Message],
+    summarizer: Summarizer,
+    now: float,
+) -> Tiers | None:
+    chunks = composition.chunks
+    assert chunks is not None
+    if any(s.start == job.start and s.end == job.end for s in tiers.summaries):
+        return None
+    if any(s.start <= job.start and s.end >= job.end for s in tiers.summaries):
+        return None  # already inside a merged summary
+    summaries = sorted(tiers.summaries, key=lambda s: s.start)
+    if chunks.keep is not None and len(summaries) >= chunks.keep and job.end < summaries[0].start:
+        return None  # a late job for a chunk already dropped as the oldest
+    written = await summarizer.chunk(messages)
+    summaries = sorted(
+        [*summaries, Summary(job.start, job.end, written.text, now, written.fallback)],
+        key=lambda s: s.start,
+    )
+    if chunks.keep is not None:
+        summaries = summaries[-chunks.keep :]
+    if chunks.merge_over is not None and len(summaries) > chunks.merge_over:
+        merged = await summarizer.merge([s.text for s in summaries])
+        summaries = [
+            Summary(summaries[0].start, summaries[-1].end, merged.text, now, merged.fallback)
+        ]
+    facts = tiers.facts
+    if chunks.extract_facts:
+        found, _ = await summarizer.facts(messages)
+        facts = _add_facts(facts, found, job, composition)
+    return replace(tiers, version=tiers.version + 1, summaries=tuple(summaries), facts=facts)
+
+
+def _add_facts(
+    facts: tuple[Fact, ...], found: Sequence[str], job: Job, composition: Composition
+) -> tuple[Fact, ...]:
+    seen = {fact.text.casefold() for fact in facts}
+    added = list(facts)
+    for text in found:
+        if text.casefold() not in seen:
+            seen.add(text.casefold())
+            added.append(Fact(text, job.start, job.end))
+    keep = composition.facts.keep if composition.facts is not None else 100
+    return tuple(added[-keep:])
+
+
+async def _recursive(
+    job: Job,
+    composition: Composition,
+    tiers: Tiers,
+    messages: Sequence[Message],
+    summarizer: Summarizer,
+    now: float,
+) -> Tiers | None:
+    recursive = composition.recursive
+    assert recursive is not None
+    previous = tiers.rolling
+    if previous is not None and previous.end >= job.end:
+        return None
+    start, end = needed_range(job, tiers)
+    written = await summarizer.recursive(
+        previous.text if previous else None,
+        messages,
+        start=start,
+        end=end,
+        limit_tokens=recursive.limit_tokens,
+    )
+    rolling = RollingSummary(
+        text=written.text,
+        start=previous.start if previous else start,
+        end=end,
+        version=(previous.version + 1) if previous else 1,
+        ts=now,
+        fallback=written.fallback,
+    )
+    return replace(tiers, version=tiers.version + 1, rolling=rolling)
+
+
+async def _rolling(
+    job: Job,
+    composition: Composition,
+    tiers: Tiers,
+    messages: Sequence[Message],
+    summarizer: Summarizer,
+    now: float,
+) -> Tiers | None:
+    rolling = composition.rolling
+    assert rolling is not None
+    previous = tiers.rolling
+    if previous is not None and previous.turn >= job.turn:
+        return None
+    by_index = {m.index: m for m in messages}
+    question = by_index[job.question].text if job.question in by_index else ""
+    answer = by_index[job.end].text if job.end in by_index else ""
+    if job.kind == "fold":
+        written = await summarizer.fold(
+            previous.text if previous else None, question, answer, max_words=rolling.fold_words
+        )
+    else:
+        written = await summarizer.compress(
+            previous.text if previous else None, messages, max_words=rolling.max_words
+        )
+    pair, _ = await summarizer.key_qa(question, answer)
+    pairs = (*tiers.key_qa, replace(pair, turn=job.turn))
+    if job.kind == "compress":
+        pairs = pairs[-rolling.keep_pairs :]
+    summary = RollingSummary(
+        text=written.text,
+        start=previous.start if previous else 1,
+        end=max(job.end, previous.end if previous else 0),
+        version=(previous.version + 1) if previous else 1,
+        turn=job.turn,
+        ts=now,
+        fallback=written.fallback,
+    )
+    return replace(tiers, version=tiers.version + 1, rolling=summary, key_qa=pairs)

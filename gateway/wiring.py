@@ -1,0 +1,79 @@
+"""Building the long-lived clients from the settings (used by the CLI and by tests).
+
+``create_app`` takes its clients ready-made; this module is where they are made, so the
+CLI's ``serve`` and ``worker`` commands and the integration tests build them one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config import Settings
+from gateway.memory.summarizer import Summarizer
+from gateway.proxy.upstream import Upstream, UpstreamChatModel
+from gateway.store.redis_store import RedisStore, create_client
+from gateway.tokens import TokenCounter
+from gateway.worker import JobRunner
+
+
+@dataclass
+class Clients:
+    upstream: Upstream
+    store: RedisStore  # request path: short deadline
+    job_store: RedisStore  # worker and memory API jobs: longer deadline
+    chat_model: UpstreamChatModel
+    summarizer: Summarizer
+    tokenizer: TokenCounter
+
+    def runner(self, settings: Settings) -> JobRunner:
+        # A job makes at most four summarizer calls (chunk, merge, facts; or fold + pair).
+        lease_ms = int((settings.summarizer.timeout_s * 4 + 10) * 1000)
+        return JobRunner(
+            self.job_store, self.summarizer, settings.memory.composition, lease_ms=lease_ms
+        )
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+        await self.chat_model.aclose()
+        await self.store.close()
+        await self.job_store.close()
+
+
+def build_clients(settings: Settings, redis_url: str) -> Clients:
+    retention_s = int(settings.redis.retention_days * 86400)
+    request_timeout = settings.redis.timeout_ms / 1000
+    job_timeout = settings.worker.redis_timeout_s
+    tokenizer = TokenCounter()
+    summarizer_config = settings.summarizer
+    chat_model = UpstreamChatModel(
+        base_url=summarizer_config.base_url or settings.upstream.base_url,
+        # Never a client's key: the configured summarizer key, else the upstream's.
+        api_key=summarizer_config.api_key or settings.upstream.api_key,
+        model=summarizer_config.model,
+        timeout_s=summarizer_config.timeout_s,
+        temperature=summarizer_config.temperature,
+    )
+    return Clients(
+        upstream=Upstream(settings.upstream),
+        store=RedisStore(
+            create_client(
+                redis_url,
+                timeout_s=request_timeout,
+                max_connections=settings.redis.max_connections,
+            ),
+            timeout_s=request_timeout,
+            retention_s=retention_s,
+        ),
+        job_store=RedisStore(
+            create_client(
+                redis_url,
+                timeout_s=job_timeout + settings.worker.block_ms / 1000,
+                max_connections=settings.worker.concurrency * 2 + 4,
+            ),
+            timeout_s=job_timeout,
+            retention_s=retention_s,
+        ),
+        chat_model=chat_model,
+        summarizer=Summarizer(chat_model, tokenizer),
+        tokenizer=tokenizer,
+    )

@@ -1,0 +1,169 @@
+"""Background summarization: the job runner and the stream consumer that feeds it.
+
+Jobs are at-least-once: a notice in the ``mg:jobs`` stream is acknowledged only after its
+job ran, and a consumer that dies leaves its notices pending until another reclaims them.
+Running a job twice is harmless: ``run_job`` returns None when the tiers already hold its
+effect, and ``write_tiers`` is a compare-and-set on the tiers' version, so a late or
+duplicate job can never overwrite a newer summary. The same runner serves
+``POST /memory/sessions/{sid}/flush``, which runs a session's pending jobs in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from gateway.config import Composition
+from gateway.memory.jobs import Job, needed_range, run_job
+from gateway.memory.summarizer import Summarizer
+from gateway.store.keys import SessionKeys
+from gateway.store.redis_store import JobNotice, RedisStore, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["written", "noop", "done", "gone", "conflict"]
+# Compare-and-set conflicts mean another writer is busy on the same session; a few
+# retries always settle it (each retry re-reads and may find the job already done).
+_CAS_ATTEMPTS = 5
+
+
+class JobRunner:
+    """Runs one job against the session's current tiers and writes the result safely."""
+
+    def __init__(
+        self,
+        store: RedisStore,
+        summarizer: Summarizer,
+        composition: Composition,
+        clock: Callable[[], float] = time.time,
+        lease_ms: int = 120_000,
+    ) -> None:
+        self.store = store
+        self.summarizer = summarizer
+        self.composition = composition
+        self.clock = clock
+        # Longer than a job can take (a few summarizer calls, each with its timeout):
+        # a runner that dies holding it only delays the session's jobs this long.
+        self.lease_ms = lease_ms
+
+    async def run(self, keys: SessionKeys, job: Job) -> Outcome:
+        """Run the job under the session's lease; wait while someone else holds it."""
+        holder = secrets.token_hex(8)
+        deadline = time.monotonic() + self.lease_ms / 1000
+        while not await self.store.take_lease(keys, holder, self.lease_ms):
+            # Another runner works on this session (a flush and the worker, say): wait for
+            # it rather than pay the summarizer twice; the job may be done when we get in.
+            if time.monotonic() > deadline:
+                return "conflict"
+            await asyncio.sleep(0.05)
+        try:
+            return await self._run_leased(keys, job)
+        finally:
+            await self.store.release_lease(keys, holder)
+
+    async def _run_leased(self, keys: SessionKeys, job: Job) -> Outcome:
+        for _ in range(_CAS_ATTEMPTS):
+            exists, tiers, pending = await self.store.job_state(keys)
+            if not exists:
+                return "gone"
+            if job.id not in {p.id for p in pending}:
+                return "done"  # another worker (or a flush) finished it
+            start, end = needed_range(job, tiers)
+            messages = await self.store.messages(keys, start, end)
+            updated = await run_job(
+                job, self.composition, tiers, messages, self.summarizer, now=self.clock()
+            )
+            if updated is None:
+                await self.store.finish_job(keys, job)
+                return "noop"
+            result = await self.store.write_tiers(keys, tiers.version, updated, job)
+            if result == 1:
+                return "written"
+            if result == -1:
+                return "gone"
+        return "conflict"
+
+    async def flush(self, keys: SessionKeys) -> int:
+        """Run the session's pending jobs now, oldest first; how many ran."""
+        _, _, pending = await self.store.job_state(keys)
+        for job in pending:
+            await self.run(keys, job)
+        return len(pending)
+
+    async def run_notice(self, notice: JobNotice) -> Outcome:
+        _, _, pending = await self.store.job_state(notice.keys)
+        job = next((p for p in pending if p.id == notice.job_id), None)
+        if job is None:
+            return "done"
+        return await self.run(notice.keys, job)
+
+
+class Worker:
+    """Consumes the job stream: new notices, and those a crashed consumer left behind."""
+
+    def __init__(
+        self,
+        store: RedisStore,
+        runner: JobRunner,
+        *,
+        concurrency: int = 4,
+        block_ms: int = 1000,
+        reclaim_idle_ms: int = 60_000,
+        consumer: str | None = None,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.concurrency = concurrency
+        self.block_ms = block_ms
+        self.reclaim_idle_ms = reclaim_idle_ms
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.processed = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.store.ensure_group()
+                break
+            except StoreUnavailable as error:
+                log.warning("worker waiting for redis: %s", error)
+                await _sleep_or_stop(stop, 1.0)
+        last_reclaim = 0.0
+        while not stop.is_set():
+            try:
+                notices: list[JobNotice] = []
+                if time.monotonic() - last_reclaim > self.reclaim_idle_ms / 2000:
+                    last_reclaim = time.monotonic()
+                    notices = await self.store.reclaim_jobs(
+                        self.consumer, min_idle_ms=self.reclaim_idle_ms, count=self.concurrency
+                    )
+                if not notices:
+                    notices = await self.store.read_jobs(
+                        self.consumer, count=self.concurrency, block_ms=self.block_ms
+                    )
+                await asyncio.gather(*(self._handle(n) for n in notices))
+            except StoreUnavailable as error:
+                log.warning("worker: redis unavailable: %s", error)
+                await _sleep_or_stop(stop, 1.0)
+
+    async def _handle(self, notice: JobNotice) -> None:
+        try:
+            outcome = await self.runner.run_notice(notice)
+        except StoreUnavailable as error:
+            # Not acknowledged: the notice stays pending and is reclaimed later.
+            log.warning("job %s not run: %s", notice.job_id, error)
+            return
+        await self.store.ack_job(notice)
+        self.processed += 1
+        log.debug("job %s: %s", notice.job_id, outcome)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):  # the usual case: time is up, not stopped
+        await asyncio.wait_for(stop.wait(), seconds)
