@@ -92,13 +92,7 @@ def create_app(
             stop = asyncio.Event()
             worker_task = None
             if settings.worker.in_process:
-                worker = Worker(
-                    runner.store,
-                    runner,
-                    concurrency=settings.worker.concurrency,
-                    block_ms=settings.worker.block_ms,
-                    reclaim_idle_ms=int(settings.worker.reclaim_idle_s * 1000),
-                )
+                worker = Worker.from_config(runner.store, runner, settings.worker)
                 worker_task = asyncio.create_task(worker.run(stop))
             try:
                 yield

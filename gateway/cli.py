@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Sequence
 
 import uvicorn
 
-from gateway.app import create_app
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.store.embedded import EmbeddedRedis
 from gateway.wiring import build_clients
@@ -44,14 +43,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
             if embedded is not None:
                 await embedded.stop()
 
-    app = create_app(
-        settings,
-        upstream=clients.upstream,
-        store=clients.store,
-        tokenizer=clients.tokenizer,
-        runner=clients.runner(settings),
-        resources=resources(),
-    )
+    app = clients.create_app(settings, resources=resources())
     # Access logs carry method, path and status only: never bodies or headers.
     config = uvicorn.Config(app, host=host, port=port, log_level=settings.server.log_level)
     await uvicorn.Server(config).serve()
@@ -65,13 +57,7 @@ async def _work(settings: Settings) -> None:
         )
     clients = build_clients(settings, settings.redis.url)
     runner = clients.runner(settings)
-    worker = Worker(
-        clients.job_store,
-        runner,
-        concurrency=settings.worker.concurrency,
-        block_ms=settings.worker.block_ms,
-        reclaim_idle_ms=int(settings.worker.reclaim_idle_s * 1000),
-    )
+    worker = Worker.from_config(clients.job_store, runner, settings.worker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -6,8 +6,12 @@ CLI's ``serve`` and ``worker`` commands and the integration tests build them one
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
+from starlette.applications import Starlette
+
+from gateway.app import create_app
 from gateway.config import Settings
 from gateway.memory.summarizer import Summarizer
 from gateway.proxy.upstream import Upstream, UpstreamChatModel
@@ -30,6 +34,18 @@ class Clients:
         lease_ms = int((settings.summarizer.timeout_s * 4 + 10) * 1000)
         return JobRunner(
             self.job_store, self.summarizer, settings.memory.composition, lease_ms=lease_ms
+        )
+
+    def create_app(
+        self, settings: Settings, *, resources: AbstractAsyncContextManager[object] | None = None
+    ) -> Starlette:
+        return create_app(
+            settings,
+            upstream=self.upstream,
+            store=self.store,
+            tokenizer=self.tokenizer,
+            runner=self.runner(settings),
+            resources=resources,
         )
 
     async def aclose(self) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from gateway.config import Composition
+from gateway.config import Composition, WorkerConfig
 from gateway.memory.jobs import Job, needed_range, run_job
 from gateway.memory.summarizer import Summarizer
 from gateway.store.keys import SessionKeys
@@ -125,6 +125,16 @@ class Worker:
         self.reclaim_idle_ms = reclaim_idle_ms
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.processed = 0
+
+    @classmethod
+    def from_config(cls, store: RedisStore, runner: JobRunner, config: WorkerConfig) -> Worker:
+        return cls(
+            store,
+            runner,
+            concurrency=config.concurrency,
+            block_ms=config.block_ms,
+            reclaim_idle_ms=int(config.reclaim_idle_s * 1000),
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

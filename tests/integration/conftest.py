@@ -16,7 +16,6 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.app import create_app
 from gateway.config import Settings, parse_settings
 from gateway.wiring import build_clients
 from tests.support.fake_upstream import FakeUpstream
@@ -137,14 +136,7 @@ def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Setti
 
 def start_gateway(settings: Settings) -> ServerThread:
     clients = build_clients(settings, settings.redis.url)
-    app = create_app(
-        settings,
-        upstream=clients.upstream,
-        store=clients.store,
-        tokenizer=clients.tokenizer,
-        runner=clients.runner(settings),
-    )
-    return ServerThread(app, on_stop=clients.aclose).start()
+    return ServerThread(clients.create_app(settings), on_stop=clients.aclose).start()
 
 
 GatewayFactory = Callable[..., ServerThread]

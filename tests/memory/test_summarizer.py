@@ -10,19 +10,22 @@ import pytest
 
 from gateway.memory.model import KeyQA, Message
 from gateway.memory.summarizer import (
-    CHUNK_CHARS,
-    CHUNK_LIMITS,
-    CHUNK_WORDS,
     FOLD_PROMPT,
     KINDS,
-    MAX_MESSAGE_CHARS,
-    MERGE_WORDS,
-    SECTIONS,
-    Limits,
     Summarizer,
     SummarizerUnavailable,
     Written,
     marker,
+)
+from gateway.memory.summary_rules import (
+    CHUNK_CHARS,
+    CHUNK_LIMITS,
+    CHUNK_WORDS,
+    MAX_MESSAGE_CHARS,
+    MERGE_WORDS,
+    SECTIONS,
+    Limits,
+    echoes_prompt,
     overlap,
     render_message,
     summary_problem,
@@ -703,3 +706,44 @@ async def test_broken_summarizer_answers_fall_back() -> None:
     assert (await summary.chunk(conversation())).fallback is True
     assert (await summary.key_qa(QUESTION, ANSWER))[1] is True
     assert (await summary.facts(conversation()))[1] is True
+
+
+async def test_an_answer_that_echoes_the_prompt_is_rejected() -> None:
+    # What SmolLM2-135M (llama.cpp) returned for a fold, seen in a real run.
+    echoed = (
+        "CURRENT SUMMARY:\n(none yet)\nNEW QUESTION: Hi, my seat is 14C.\n"
+        "New ANSWER: Noted your seat 14C.\nCreate an updated summary (under 250 words) that "
+        "integrates the new information naturally."
+    )
+    summarizer = Summarizer(FakeModel(echoed), TokenCounter())
+    written = await summarizer.fold(None, "Hi, my seat is 14C.", "Noted your seat 14C.")
+    assert written.fallback is True
+    assert "14C" in written.text and "CURRENT SUMMARY" not in written.text
+
+
+def test_echo_check_ignores_labels_the_data_itself_contains() -> None:
+    prompt = "NEW QUESTION: {q}\nCreate an updated summary that integrates it."
+    source = "NEW QUESTION: is a header in my form"
+    assert not echoes_prompt("The user's form has a NEW QUESTION: header.", prompt, source)
+    assert echoes_prompt("Create an updated summary that integrates it.", prompt, source)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "I'm sorry for the confusion, I'll be happy to help you with your Lisbon trip.",
+        "Great question! The user is flying to Lisbon.",
+        "The user flies to Lisbon. How can I help you further with the seat?",
+    ],
+)
+async def test_chat_answers_are_not_summaries(answer: str) -> None:
+    messages = [Message("user", "I fly to Lisbon, my seat is 14C and I need help.", index=1)]
+    written = await Summarizer(FakeModel(answer), TokenCounter()).chunk(messages)
+    assert written.fallback is True and "14C" in written.text
+
+
+def test_an_answer_reciting_the_start_of_an_instruction_echoes_it() -> None:
+    prompt = "You are a conversation summarizer. Create a concise summary."
+    recited = "You are a conversation summarizer. You will summarize the user's message."
+    assert echoes_prompt(recited, prompt, "my seat is 14C")
+    assert not echoes_prompt("The user's seat is 14C.", prompt, "my seat is 14C")

@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.memory.summarizer import SECTIONS
+from gateway.memory.summary_rules import SECTIONS
 
 
 @dataclass
