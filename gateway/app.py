@@ -77,7 +77,12 @@ def create_app(
     chat = ChatCompletions(
         settings, upstream=upstream, memory=memory, tenants=tenants, passthrough=passthrough
     )
-    memory_api = MemoryAPI(memory, runner, tenants, max_body_bytes=settings.server.max_body_bytes)
+    # The memory API is an operator's tool, not the request path: it uses the jobs'
+    # store, whose deadline is seconds, not the proxy's 100 ms.
+    api_memory = MemoryService(runner.store, tokenizer, settings.memory)
+    memory_api = MemoryAPI(
+        api_memory, runner, tenants, max_body_bytes=settings.server.max_body_bytes
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -124,10 +124,11 @@ def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> li
     # Never open the window with tool results whose call was cut off.
     while units and units[-1][0].role == "tool":
         units.pop()
-    if turn.new and turn.new[0].role == "tool" and prior and not units:
+    if turn.new and turn.new[0].role == "tool" and turn.prior and not units:
         # The new messages answer tool calls: the calling assistant comes along whatever
-        # the window's limits (the upstream rejects results without their call).
-        units = [tool_groups(prior)[-1]]
+        # the window's limits, even when a summary already covers it (the upstream
+        # rejects results without their call).
+        units = [tool_groups(turn.prior)[-1]]
     return units
 
 

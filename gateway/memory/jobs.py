@@ -101,11 +101,13 @@ def _rolling_jobs(
         elif (
             message.role == "assistant"
             and message.text
+            and not message.tool_calls  # "let me check" before a tool call is no answer
             and not answered
             and question
-            and message.index > count_before
         ):
-            answered = True
+            answered = True  # also when stored before: a later answer is not this turn's
+            if message.index <= count_before:
+                continue
             compress = turn > rolling.compress_after_turn and turn % rolling.compress_every == 0
             if compress:
                 first_turn = max(1, turn - rolling.compress_every + 1)

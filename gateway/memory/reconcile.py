@@ -16,6 +16,9 @@ Notes:
     * it does not match at all (the client edited or branched) → the store wins and only
       the new messages are recorded.
 
+    A turn stored without an answer (an import that ended on a user message) and sent
+    again is a retry: its stored messages are this turn's, and only the answer is added.
+
     A regenerate resends the last stored user turn without the answer we stored for it.
     It is recognised only when the request's history lines up with what was stored before
     that turn — for a client that sends single messages a repeated "continue" is a new
@@ -101,6 +104,20 @@ def reconcile(messages: Sequence[Message], state: SessionState) -> Reconciled:
             truncate_to=kept + k,
             expected_count=state.message_count,
         )
+
+    k = len(new)
+    if k and len(stored) >= k and _same(stored[-k:], new) and stored[-1].role != "assistant":
+        before = stored[: len(stored) - k]
+        if not history or not before or _tails_agree(history, before):
+            # A retry of a turn stored without an answer (an import that ended on it, or
+            # an answer that failed): the stored messages are this turn's, not new ones.
+            return Reconciled(
+                prompt=prompt,
+                prior=before,
+                to_record=(),
+                new=stored[len(stored) - k :],
+                expected_count=state.message_count,
+            )
 
     imported: tuple[Message, ...] = ()
     if history and state.message_count == 0:

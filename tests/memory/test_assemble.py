@@ -1,128 +1,604 @@
-"""What is forwarded: prompt, window, new messages, within the budget; and the receipt."""
+"""What is forwarded: prompt, memory message, window, new messages, within the budget.
+
+Token counts in these tables come from ``count`` (one token per word), so every number
+can be checked by hand: a memory item costs its words + 1 (its line), a section its
+heading's words + 2, the memory message its header's words + 3 (message framing).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from gateway.memory.assemble import Receipt, WindowLimits, assemble
-from gateway.memory.model import Message
+from gateway.config import (
+    PRESETS,
+    ChunkTier,
+    Composition,
+    FactsTier,
+    PinsTier,
+    RollingTier,
+    WindowTier,
+)
+from gateway.memory.assemble import (
+    MEMORY_HEADER,
+    Context,
+    Receipt,
+    assemble,
+    window_units,
+)
+from gateway.memory.model import Fact, KeyQA, Message, Pin, RollingSummary, Summary, Tiers
 from gateway.memory.reconcile import Reconciled
-from gateway.tokens import TOKENS_PER_REPLY
+from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, TokenCounter
 
 
-def m(role: str, n: int, tokens: int, **kwargs: Any) -> Message:
-    return Message(role=role, content=f"{role}{n}", index=n, tokens=tokens, **kwargs)
+def count(text: str) -> int:
+    return len(text.split())
 
 
-def prior(n: int, tokens: int = 10) -> tuple[Message, ...]:
-    """``n`` stored messages, user/assistant alternating, indexes 1..n."""
-    return tuple(m("user" if i % 2 else "assistant", i, tokens) for i in range(1, n + 1))
+H = count(MEMORY_HEADER)  # 16 words
+
+
+def u(n: int, tokens: int = 10) -> Message:
+    return Message(role="user", content=f"user {n}", index=n, tokens=tokens)
+
+
+def a(n: int, tokens: int = 10, calls: tuple[str, ...] = (), content: str | None = None) -> Message:
+    tool_calls = tuple(
+        {"id": c, "type": "function", "function": {"name": "f", "arguments": "{}"}} for c in calls
+    )
+    text = content if content is not None or calls else f"assistant {n}"
+    return Message(
+        role="assistant", content=text, index=n, tokens=tokens, tool_calls=tool_calls or None
+    )
+
+
+def t(n: int, call: str, tokens: int = 10) -> Message:
+    return Message(role="tool", content=f"result {n}", index=n, tokens=tokens, tool_call_id=call)
+
+
+def conv(n: int, tokens: int = 10) -> tuple[Message, ...]:
+    """``n`` stored messages, user/assistant alternating from a user message, indexes 1..n."""
+    return tuple(u(i, tokens) if i % 2 else a(i, tokens) for i in range(1, n + 1))
 
 
 SYSTEM = Message(role="system", content="be nice", tokens=7)
+DEVELOPER = Message(role="developer", content="be brief", tokens=5)
 NEW = Message(role="user", content="question", tokens=20)
+FIXED = 7 + 20 + TOKENS_PER_REPLY  # SYSTEM + NEW + the reply's framing
 
 
 def turn(
-    stored: tuple[Message, ...],
-    new: tuple[Message, ...] = (NEW,),
-    prompt: tuple[Message, ...] = (SYSTEM,),
+    prior: Sequence[Message],
+    new: Sequence[Message] = (NEW,),
+    prompt: Sequence[Message] = (SYSTEM,),
 ) -> Reconciled:
-    return Reconciled(prompt=prompt, prior=stored, to_record=new, new=new)
+    return Reconciled(
+        prompt=tuple(prompt), prior=tuple(prior), to_record=tuple(new), new=tuple(new)
+    )
 
 
-def limits(
-    max_messages: int = 100, max_tokens: int | None = None, budget: int = 10_000
-) -> WindowLimits:
-    return WindowLimits(max_messages=max_messages, max_tokens=max_tokens, budget_tokens=budget)
+def run(
+    plan: Reconciled,
+    composition: Composition,
+    *,
+    tiers: Tiers | None = None,
+    pins: Sequence[Pin] = (),
+    budget: int = 100_000,
+    role: str = "system",
+    counter: Any = count,
+) -> Context:
+    return assemble(
+        plan,
+        tiers=tiers or Tiers(),
+        pins=pins,
+        composition=composition,
+        budget_tokens=budget,
+        memory_role=role,
+        count=counter,
+    )
 
 
-def indexes(messages: tuple[Message, ...]) -> list[int]:
-    return [msg.index for msg in messages]
+def memory_text(context: Context, prompt: int = 1) -> str | None:
+    """The memory message's content, asserting it is the only one and where it belongs."""
+    found = [
+        i
+        for i, m in enumerate(context.messages)
+        if isinstance(m.content, str) and m.content.startswith(MEMORY_HEADER)
+    ]
+    assert len(found) <= 1
+    if not found:
+        return None
+    assert found == [prompt]
+    content = context.messages[prompt].content
+    assert isinstance(content, str)
+    return content
 
 
-def test_order_is_prompt_window_new() -> None:
-    context = assemble(turn(prior(4)), limits())
-    assert context.messages == (SYSTEM, *prior(4), NEW)
-    assert context.openai_messages()[0] == {"role": "system", "content": "be nice"}
+def window(context: Context, prompt: int = 1, new: int = 1) -> list[int]:
+    """Indexes of the window messages forwarded (between the memory message and the new)."""
+    start = prompt + (memory_text(context, prompt) is not None)
+    return [m.index for m in context.messages[start : len(context.messages) - new]]
+
+
+def total(context: Context) -> int:
+    return sum(m.tokens for m in context.messages) + TOKENS_PER_REPLY
+
+
+def pin(pid: str, importance: float, created: float = 0.0, words: int = 1) -> Pin:
+    content = " ".join([pid] + ["p"] * (words - 1))
+    return Pin(pid, content, importance, created=created)
+
+
+def summary(start: int, end: int, words: int = 1) -> Summary:
+    return Summary(start, end, " ".join([f"s{start}"] + ["s"] * (words - 1)))
+
+
+HYBRID = PRESETS["hybrid"]
+ROLLING_WINDOW = PRESETS["rolling-window"]
+RECURSIVE = PRESETS["recursive-summary"]
+ROLLING = PRESETS["rolling-summary"]
+PROGRESSIVE = PRESETS["progressive"]
+WINDOW_ONLY = Composition(window=WindowTier(messages=None, keep_last=0), priority=["window"])
+
+
+# --- placement -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        pytest.param((), id="no prompt"),
+        pytest.param((SYSTEM,), id="system"),
+        pytest.param((SYSTEM, DEVELOPER), id="system+developer"),
+    ],
+)
+def test_memory_message_follows_the_prompt(role: str, prompt: tuple[Message, ...]) -> None:
+    context = run(
+        turn(conv(10), prompt=prompt),
+        HYBRID,
+        tiers=Tiers(summaries=(summary(1, 2),)),
+        pins=[pin("p1", 0.9)],
+        role=role,
+    )
+    messages = context.messages
+    assert messages[: len(prompt)] == prompt
+    memory = messages[len(prompt)]
+    assert memory.role == role
+    assert isinstance(memory.content, str) and memory.content.startswith(MEMORY_HEADER)
+    assert memory.tokens == count(memory.content) + TOKENS_PER_MESSAGE
+    assert window(context, len(prompt)) == list(range(3, 11))  # hybrid: the last 8
+    assert messages[-1] == NEW
+    assert context.openai_messages()[len(prompt)] == {"role": role, "content": memory.content}
+
+
+def test_no_memory_message_when_there_is_nothing_to_recall() -> None:
+    context = run(turn(conv(4)), HYBRID)
+    assert context.messages == (SYSTEM, *conv(4), NEW)
+    assert "memory" not in context.receipt.tiers
     assert context.openai_messages()[-1] == {"role": "user", "content": "question"}
 
 
-@pytest.mark.parametrize(
-    ("lim", "expected_window"),
-    [
-        pytest.param(limits(max_messages=3), [6, 7, 8], id="by count"),
-        pytest.param(limits(max_tokens=50), [4, 5, 6, 7, 8], id="by window tokens"),
-        # fixed = 7 + 20 + 3 = 30; room = 75 - 30 = 45 -> four 10-token messages
-        pytest.param(limits(budget=75), [5, 6, 7, 8], id="by budget"),
-        pytest.param(limits(budget=30 + 80), [1, 2, 3, 4, 5, 6, 7, 8], id="budget exactly fits"),
-        pytest.param(limits(budget=30 + 79), [2, 3, 4, 5, 6, 7, 8], id="budget one short"),
-        pytest.param(limits(max_tokens=20, budget=75), [7, 8], id="window cap under room"),
-        pytest.param(limits(max_messages=2, budget=75), [7, 8], id="count under room"),
-    ],
-)
-def test_window_shrinks_to_fit(lim: WindowLimits, expected_window: list[int]) -> None:
-    context = assemble(turn(prior(8)), lim)
-    assert context.messages[0] == SYSTEM
-    assert context.messages[-1] == NEW
-    assert indexes(context.messages[1:-1]) == expected_window
-    assert context.receipt.window_indexes == tuple(expected_window)
-    assert context.receipt.total_tokens <= lim.budget_tokens
-
-
-@pytest.mark.parametrize("budget", [1, 29, 30])
-def test_prompt_and_new_kept_even_over_budget(budget: int) -> None:
-    big_new = Message(role="user", content="huge", tokens=5000)
-    context = assemble(turn(prior(6), new=(big_new,)), limits(budget=budget))
-    assert context.messages == (SYSTEM, big_new)
-    assert context.receipt.tiers == {"prompt": 7, "window": 0, "new": 5000}
-    assert context.receipt.window_indexes == ()
-    assert context.receipt.total_tokens == 7 + 5000 + TOKENS_PER_REPLY
-
-
-def test_window_does_not_split_tool_units() -> None:
-    stored = (
-        m("user", 1, 10),
-        m("assistant", 2, 10, tool_calls=({"id": "c1"},)),
-        m("tool", 3, 10, tool_call_id="c1"),
-        m("assistant", 4, 10),
+def test_tiers_outside_the_composition_are_not_sent() -> None:
+    tiers = Tiers(
+        rolling=RollingSummary("evolving", 1, 4),
+        key_qa=(KeyQA("q", "a"),),
+        facts=(Fact("fact"),),
     )
-    # room for 2 messages: the unit (2, 3) does not fit behind message 4 -> only 4.
-    context = assemble(turn(stored), limits(budget=30 + 25))
-    assert indexes(context.messages[1:-1]) == [4]
-    context = assemble(turn(stored), limits(budget=30 + 30))
-    assert indexes(context.messages[1:-1]) == [2, 3, 4]
+    assert memory_text(run(turn(conv(4)), HYBRID, tiers=tiers)) is None  # hybrid: pins, chunks
+    only_window = Composition(window=WindowTier(), priority=["window_keep", "window"])
+    context = run(
+        turn(conv(4)), only_window, tiers=Tiers(summaries=(summary(1, 2),)), pins=[pin("p", 1.0)]
+    )
+    assert memory_text(context) is None
+
+
+# --- sections ------------------------------------------------------------------------------
+
+EVERYTHING = Composition(
+    window=WindowTier(messages=2, keep_last=0),
+    chunks=ChunkTier(use=None),
+    rolling=RollingTier(keep_pairs=2),
+    facts=FactsTier(use=2),
+    pins=PinsTier(use=2),
+    # The reverse of the rendering order: sections are still rendered in their own order.
+    priority=["key_qa", "summaries", "rolling", "facts", "pins", "window"],
+)
+EVERYTHING_TIERS = Tiers(
+    summaries=(Summary(1, 4, "first chunk"), Summary(5, 8, "second chunk")),
+    rolling=RollingSummary("so far so good", 1, 8),
+    key_qa=(KeyQA("q1", "a1"), KeyQA("q2", "a2", ("x", "y")), KeyQA("q3", "a3")),
+    facts=(Fact("f1"), Fact("f2"), Fact("f3")),
+)
+EVERYTHING_PINS = (pin("low", 0.1), pin("high", 0.9), pin("mid", 0.5))
+
+
+def test_sections_render_in_a_fixed_order_whatever_the_priority() -> None:
+    context = run(turn(conv(10)), EVERYTHING, tiers=EVERYTHING_TIERS, pins=EVERYTHING_PINS)
+    assert memory_text(context) == "\n".join(
+        [
+            MEMORY_HEADER,
+            "",
+            "## Pinned",
+            "- high",
+            "- mid",
+            "",
+            "## Key facts",
+            "- f3",
+            "- f2",
+            "",
+            "## Summary of the conversation so far",
+            "(messages 1-8)",
+            "so far so good",
+            "",
+            "## Summaries of earlier messages (newest first)",
+            "### Messages 5-8",
+            "second chunk",
+            "### Messages 1-4",
+            "first chunk",
+            "",
+            "## Key questions and answers",
+            "- Q: q2",
+            "  A: a2 [x, y]",
+            "- Q: q3",
+            "  A: a3",
+        ]
+    )
+    assert context.receipt.summaries == ((5, 8), (1, 4))
+    assert context.receipt.pins == ("high", "mid")
+    assert window(context) == [9, 10]
+
+
+def test_summaries_newest_first_capped_at_use() -> None:
+    stored = (summary(2, 22), summary(23, 43), summary(44, 64), summary(65, 85))
+    context = run(turn(conv(85)), ROLLING_WINDOW, tiers=Tiers(summaries=stored))
+    text = memory_text(context)
+    assert text is not None
+    positions = [text.find(f"### Messages {r}") for r in ("65-85", "44-64", "23-43")]
+    assert -1 not in positions and positions == sorted(positions)
+    assert "Messages 2-22" not in text
+    assert context.receipt.summaries == ((65, 85), (44, 64), (23, 43))
+    assert window(context) == list(range(65, 86))  # the last 21 messages
+
+
+def test_progressive_sends_every_stored_summary() -> None:
+    stored = tuple(summary(16 * i + 1, 16 * i + 16) for i in range(5))
+    context = run(turn(conv(84)), PROGRESSIVE, tiers=Tiers(summaries=stored))
+    assert context.receipt.summaries == tuple((s.start, s.end) for s in reversed(stored))
+
+
+def test_pins_top_n_by_importance_newest_first_among_equals() -> None:
+    pins = [
+        pin("a", 0.5),
+        pin("b", 0.9, created=1),
+        pin("c", 0.7),
+        pin("d", 0.95),
+        pin("e", 0.6),
+        pin("f", 0.8),
+        pin("g", 0.9, created=2),
+    ]
+    context = run(turn(conv(4)), HYBRID, pins=pins)  # hybrid sends the top 5
+    assert context.receipt.pins == ("d", "g", "b", "f", "c")
+    text = memory_text(context)
+    assert text is not None
+    assert text.split("## Pinned\n")[1].splitlines() == ["- d", "- g", "- b", "- f", "- c"]
+
+
+def test_facts_newest_first_capped_at_use() -> None:
+    facts = tuple(Fact(f"fact{i}", i, i) for i in range(1, 21))
+    text = memory_text(run(turn(conv(4)), PROGRESSIVE, tiers=Tiers(facts=facts)))
+    assert text is not None
+    lines = text.split("## Key facts\n")[1].splitlines()
+    assert lines == [f"- fact{i}" for i in range(20, 5, -1)]  # use=15
+
+
+def test_key_qa_capped_at_keep_pairs_oldest_first() -> None:
+    pairs = tuple(KeyQA(f"q{i}", f"a{i}", (f"tag{i}",), turn=i) for i in range(1, 10))
+    text = memory_text(run(turn(conv(6)), ROLLING, tiers=Tiers(key_qa=pairs)))
+    assert text is not None
+    questions = [line for line in text.splitlines() if line.startswith("- Q: ")]
+    assert questions == [f"- Q: q{i}" for i in range(4, 10)]  # keep_pairs=6
+    assert "  A: a9 [tag9]" in text
+
+
+@pytest.mark.parametrize("composition", [RECURSIVE, ROLLING], ids=["recursive", "rolling"])
+def test_the_evolving_summary_with_its_range(composition: Composition) -> None:
+    tiers = Tiers(rolling=RollingSummary("the story", 1, 10, version=3))
+    text = memory_text(run(turn(conv(20)), composition, tiers=tiers))
+    assert text is not None
+    assert "## Summary of the conversation so far\n(messages 1-10)\nthe story" in text
+
+
+# --- the window ----------------------------------------------------------------------------
+
+
+def window_of(composition: Composition, prior: Sequence[Message], **kwargs: Any) -> list[int]:
+    tiers = kwargs.pop("tiers", Tiers())
+    units = window_units(turn(prior, **kwargs), tiers, composition)
+    return [m.index for unit in reversed(units) for m in unit]
+
+
+CHAIN = (u(1), a(2), u(3), a(4, calls=("c1", "c2")), t(5, "c1"), t(6, "c2"), a(7), u(8), a(9))
+
+
+@pytest.mark.parametrize(
+    ("window_tier", "prior", "expected"),
+    [
+        pytest.param(WindowTier(messages=8), conv(20), list(range(13, 21)), id="8 messages"),
+        pytest.param(WindowTier(messages=21), conv(30), list(range(10, 31)), id="21 messages"),
+        pytest.param(WindowTier(messages=50), conv(5), [1, 2, 3, 4, 5], id="fewer than limit"),
+        pytest.param(WindowTier(messages=None, tokens=35), conv(8), [6, 7, 8], id="35 tokens"),
+        pytest.param(WindowTier(messages=None, tokens=40), conv(8), [5, 6, 7, 8], id="40 tokens"),
+        pytest.param(WindowTier(messages=None, turns=3), conv(12), list(range(7, 13)),
+                     id="3 turns"),
+        pytest.param(WindowTier(messages=None, turns=3), conv(11), list(range(7, 12)),
+                     id="3 turns, answer not stored yet"),
+        pytest.param(WindowTier(messages=None, turns=1), conv(12), [11, 12], id="1 turn"),
+        pytest.param(WindowTier(messages=None, turns=2), CHAIN, [3, 4, 5, 6, 7, 8, 9],
+                     id="turns take a tool chain whole"),
+        pytest.param(WindowTier(messages=5, tokens=1000, turns=10), conv(12), [8, 9, 10, 11, 12],
+                     id="messages bind first"),
+        pytest.param(WindowTier(messages=5, tokens=25, turns=10), conv(12), [11, 12],
+                     id="tokens bind first"),
+        pytest.param(WindowTier(messages=5, tokens=1000, turns=1), conv(12), [11, 12],
+                     id="turns bind first"),
+        pytest.param(WindowTier(messages=4), CHAIN, [7, 8, 9], id="no half tool unit"),
+        pytest.param(WindowTier(messages=6), CHAIN, [4, 5, 6, 7, 8, 9], id="whole tool unit"),
+        pytest.param(WindowTier(messages=None, tokens=59), CHAIN, [7, 8, 9],
+                     id="tool unit over tokens"),
+        pytest.param(WindowTier(messages=10), CHAIN[4:], [7, 8, 9],
+                     id="never opens with orphan results"),
+    ],
+)  # fmt: skip
+def test_window_limits(
+    window_tier: WindowTier, prior: tuple[Message, ...], expected: list[int]
+) -> None:
+    composition = Composition(window=window_tier, priority=["window_keep", "window"])
+    assert window_of(composition, prior) == expected
+    assert window(run(turn(prior), composition)) == expected
+
+
+def test_window_after_summarized_takes_only_what_no_summary_covers() -> None:
+    # Seed 003: the buffer of full messages is what the last summary left.
+    prior = conv(20)
+    assert window_of(PROGRESSIVE, prior) == list(range(1, 21))
+    tiers = Tiers(summaries=(summary(1, 16),))
+    assert window_of(PROGRESSIVE, prior, tiers=tiers) == [17, 18, 19, 20]
+    # The newest summary end counts, whatever the order they are stored in.
+    tiers = Tiers(summaries=(summary(9, 16), summary(1, 8)))
+    assert window_of(PROGRESSIVE, prior, tiers=tiers) == [17, 18, 19, 20]
+    # Imported messages (no index yet) are never covered.
+    imported = Message(role="user", content="imported", tokens=5)
+    units = window_units(turn((*prior, imported)), tiers, PROGRESSIVE)
+    assert [m.content for unit in reversed(units) for m in unit][-1] == "imported"
+    # Without after_summarized, summaries do not shorten the window.
+    assert window_of(HYBRID, prior, tiers=tiers) == list(range(13, 21))
+
+
+def test_window_after_summarized_is_token_limited() -> None:
+    prior = conv(40, tokens=150)
+    # 4000 tokens: 26 messages of 150.
+    assert window_of(PROGRESSIVE, prior) == list(range(15, 41))
+
+
+def test_window_does_not_split_tool_units_under_the_budget() -> None:
+    stored = (u(1), a(2, calls=("c1",)), t(3, "c1"), a(4))
+    # Room for 2 messages: the unit (2, 3) does not fit behind message 4.
+    assert window(run(turn(stored), WINDOW_ONLY, budget=FIXED + 25)) == [4]
+    assert window(run(turn(stored), WINDOW_ONLY, budget=FIXED + 30)) == [2, 3, 4]
+
+
+def test_window_stops_at_the_first_unit_that_does_not_fit() -> None:
+    # A big old message is not skipped to reach smaller, older ones: the window is a suffix.
+    stored = (u(1, 1), a(2, 1), u(3, 500), a(4, 1))
+    assert window(run(turn(stored), WINDOW_ONLY, budget=FIXED + 100)) == [4]
+
+
+# --- always sent ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [1, FIXED - 1, FIXED, FIXED + 29])
+def test_prompt_new_and_keep_last_are_sent_even_over_budget(budget: int) -> None:
+    context = run(
+        turn(conv(8)),
+        HYBRID,
+        tiers=Tiers(summaries=(summary(1, 2),)),
+        pins=[pin("p", 1)],
+        budget=budget,
+    )
+    assert context.messages == (SYSTEM, a(6), u(7), a(8), NEW)
+    assert context.receipt.tiers == {"prompt": 7, "window": 30, "new": 20}
+    assert context.receipt.total_tokens == FIXED + 30 == total(context)
+    assert context.receipt.dropped == {"pins": 1, "summaries": 1, "window": 5}
+
+
+def test_keep_last_is_counted_in_whole_units() -> None:
+    stored = (u(1), a(2), u(3), a(4, calls=("c1", "c2")), t(5, "c1"), t(6, "c2"))
+    composition = Composition(window=WindowTier(keep_last=2), priority=["window_keep"])
+    assert window(run(turn(stored), composition, budget=1)) == [4, 5, 6]
+    stored = (u(1), a(2), u(3), a(4, calls=("c1",)), t(5, "c1"))
+    assert window(run(turn(stored), composition, budget=1)) == [4, 5]
+    stored = (u(1), a(2), u(3), a(4, calls=("c1",)), t(5, "c1"), a(6))
+    assert window(run(turn(stored), composition, budget=1)) == [4, 5, 6]
+
+
+def test_a_huge_new_message_keeps_only_the_always_sent_parts() -> None:
+    big = Message(role="user", content="huge", tokens=5000)
+    context = run(turn(conv(6), new=(big,)), HYBRID, pins=[pin("p", 1)], budget=3000)
+    assert context.messages == (SYSTEM, a(4), u(5), a(6), big)
+    assert context.receipt.total_tokens == 7 + 30 + 5000 + TOKENS_PER_REPLY
 
 
 def test_new_tool_results_keep_their_call_even_over_budget() -> None:
-    call = m("assistant", 2, 40, tool_calls=({"id": "c1"}, {"id": "c2"}))
-    stored = (m("user", 1, 10), call)
+    call = a(2, 40, calls=("c1", "c2"))
     results = (
         Message(role="tool", content="r1", tool_call_id="c1", tokens=5),
         Message(role="tool", content="r2", tool_call_id="c2", tokens=5),
     )
-    context = assemble(turn(stored, new=results), limits(budget=20))
+    context = run(turn((u(1), call), new=results), WINDOW_ONLY, budget=20)
     assert context.messages == (SYSTEM, call, *results)
     assert context.receipt.tiers == {"prompt": 7, "window": 40, "new": 10}
     assert context.receipt.window_indexes == (2,)
 
 
-def test_new_tool_results_call_counts_against_the_window_limits() -> None:
-    call = m("assistant", 4, 10, tool_calls=({"id": "c1"},))
-    stored = (*prior(3), call)
-    results = (Message(role="tool", content="r", tool_call_id="c1", tokens=5),)
-    context = assemble(turn(stored, new=results), limits(max_messages=2))
-    assert indexes(context.messages[1:-1]) == [3, 4]
-    context = assemble(turn(stored, new=results), limits(max_tokens=20))
-    assert indexes(context.messages[1:-1]) == [3, 4]
+@pytest.mark.parametrize(
+    "window_tier",
+    [
+        pytest.param(WindowTier(messages=1, keep_last=0), id="count"),
+        pytest.param(WindowTier(messages=None, tokens=5, keep_last=0), id="tokens"),
+        pytest.param(WindowTier(messages=None, turns=1, keep_last=0), id="turns"),
+        pytest.param(
+            WindowTier(messages=None, after_summarized=True, keep_last=0),
+            id="after a summary that covers the call",
+        ),
+    ],
+)
+def test_new_tool_results_keep_their_call_whatever_the_window(window_tier: WindowTier) -> None:
+    call = a(4, 40, calls=("c1",))
+    result = Message(role="tool", content="r", tool_call_id="c1", tokens=5)
+    composition = Composition(window=window_tier, chunks=ChunkTier(), priority=["summaries"])
+    tiers = Tiers(summaries=(summary(1, 4),))
+    context = run(turn((*conv(3), call), new=(result,)), composition, tiers=tiers, budget=1)
+    assert context.messages == (SYSTEM, call, result)
 
 
-def test_new_user_message_does_not_pin_a_pending_call() -> None:
-    call = m("assistant", 2, 40, tool_calls=({"id": "c1"},))
-    context = assemble(turn((m("user", 1, 10), call)), limits(budget=30 + 39))
+def test_new_user_message_does_not_keep_a_pending_call() -> None:
+    call = a(2, 40, calls=("c1",))
+    context = run(turn((u(1), call)), WINDOW_ONLY, budget=FIXED + 39)
     assert context.messages == (SYSTEM, NEW)
+
+
+# --- what gives way: the priority ----------------------------------------------------------
+
+# Each pin: "- pN" + 8 words = 10 words, an item of 11 tokens; "## Pinned" costs 4.
+PINS = [pin("p1", 0.9, words=9), pin("p2", 0.8, words=9)]
+# Each summary: "### Messages a-b" (3 words) + 20 words, an item of 24; its heading costs 9.
+SUMMARIES = Tiers(summaries=(summary(1, 2, words=20), summary(3, 4, words=20)))
+KEEP = 30  # hybrid keeps the last 3 messages of 10 tokens
+PINS_COST = (H + TOKENS_PER_MESSAGE) + 4 + 11 + 11
+SUMMARY_COST = 9 + 24
+
+
+def test_hybrid_tight_budget_pins_survive_before_summaries_old_window_goes_first() -> None:
+    budget = FIXED + KEEP + PINS_COST + 25  # after the pins: no room for a summary, 2 messages
+    context = run(turn(conv(8)), HYBRID, tiers=SUMMARIES, pins=PINS, budget=budget)
+    assert context.receipt.pins == ("p1", "p2")
+    assert context.receipt.summaries == ()
+    assert window(context) == [4, 5, 6, 7, 8]
+    assert context.receipt.dropped == {"summaries": 2, "window": 3}
+    assert total(context) <= budget
+
+
+@pytest.mark.parametrize(
+    ("room", "pins", "summaries", "window_indexes"),
+    [
+        pytest.param(0, (), (), [6, 7, 8], id="nothing but keep_last"),
+        pytest.param(PINS_COST - 11, ("p1",), (), [6, 7, 8], id="one pin"),
+        pytest.param(PINS_COST, ("p1", "p2"), (), [6, 7, 8], id="both pins"),
+        pytest.param(PINS_COST + SUMMARY_COST, ("p1", "p2"), ((3, 4),), [6, 7, 8],
+                     id="newest summary"),
+        pytest.param(PINS_COST + SUMMARY_COST + 24 + 19, ("p1", "p2"), ((3, 4), (1, 2)),
+                     [5, 6, 7, 8], id="both summaries and one more message"),
+        pytest.param(10_000, ("p1", "p2"), ((3, 4), (1, 2)), [1, 2, 3, 4, 5, 6, 7, 8],
+                     id="everything"),
+    ],
+)  # fmt: skip
+def test_hybrid_truncation_order(
+    room: int,
+    pins: tuple[str, ...],
+    summaries: tuple[tuple[int, int], ...],
+    window_indexes: list[int],
+) -> None:
+    budget = FIXED + KEEP + room
+    context = run(turn(conv(8)), HYBRID, tiers=SUMMARIES, pins=PINS, budget=budget)
+    assert context.receipt.pins == pins
+    assert context.receipt.summaries == summaries
+    assert window(context) == window_indexes
+    assert total(context) <= budget
+
+
+def test_priority_window_before_summaries_fills_the_window_first() -> None:
+    composition = HYBRID.model_copy(update={"priority": ["window_keep", "window", "summaries"]})
+    budget = FIXED + 80 + 10  # the whole window and 10 tokens to spare
+    context = run(turn(conv(8)), composition, tiers=SUMMARIES, pins=PINS, budget=budget)
+    assert window(context) == list(range(1, 9))
+    assert memory_text(context) is None  # pins are not in the priority: never sent
+    assert context.receipt.dropped == {"summaries": 2}
+
+
+def test_the_first_item_that_does_not_fit_ends_its_tier() -> None:
+    # The newest summary is big: the smaller, older one is not sent in its place.
+    tiers = Tiers(summaries=(summary(1, 2, words=1), summary(3, 4, words=500)))
+    context = run(turn(conv(8)), HYBRID, tiers=tiers, budget=FIXED + 100)
+    assert context.receipt.summaries == ()
+    assert context.receipt.dropped["summaries"] == 2
+
+
+def test_the_exact_count_decides_and_the_last_item_gives_way() -> None:
+    # A counter for which a line break costs 10: the per-item estimate (item + 1) is short.
+    def newline_heavy(text: str) -> int:
+        return len(text.split()) + 10 * text.count("\n")
+
+    pins = [pin("p1", 0.9), pin("p2", 0.8), pin("p3", 0.7)]
+    composition = Composition(window=WindowTier(keep_last=0), pins=PinsTier(), priority=["pins"])
+    one_pin = newline_heavy(f"{MEMORY_HEADER}\n\n## Pinned\n- p1") + TOKENS_PER_MESSAGE
+    budget = FIXED + one_pin + 5  # the estimate admits all three pins; the text fits one
+    context = run(turn(conv(2)), composition, pins=pins, budget=budget, counter=newline_heavy)
+    assert context.receipt.pins == ("p1",)
+    assert context.receipt.dropped == {"pins": 2}
+    assert context.receipt.tiers["memory"] == one_pin
+    assert total(context) == FIXED + one_pin
+
+
+# --- the receipt ---------------------------------------------------------------------------
+
+
+def test_receipt() -> None:
+    tiers = Tiers(summaries=(summary(1, 15), summary(16, 30)))
+    pins = [pin("p1", 0.9), pin("p2", 0.5)]
+    context = run(turn(conv(32)), HYBRID, tiers=tiers, pins=pins, budget=3000)
+    text = memory_text(context)
+    assert text is not None
+    memory = count(text) + TOKENS_PER_MESSAGE
+    receipt = context.receipt
+    assert receipt.tiers == {"prompt": 7, "memory": memory, "window": 80, "new": 20}
+    assert list(receipt.tiers) == ["prompt", "memory", "window", "new"]
+    assert receipt.window_indexes == tuple(range(25, 33))
+    assert receipt.summaries == ((16, 30), (1, 15))
+    assert receipt.pins == ("p1", "p2")
+    assert receipt.dropped == {}
+    assert receipt.total_tokens == 7 + memory + 80 + 20 + TOKENS_PER_REPLY == total(context)
+    assert receipt.header() == (
+        f"prompt=7;memory={memory};window=80;new=20;idx=25-32;sum=16-30,1-15;pins=2;budget=3000"
+    )
+    assert receipt.to_json() == {
+        "tiers": {"prompt": 7, "memory": memory, "window": 80, "new": 20},
+        "total_tokens": receipt.total_tokens,
+        "budget_tokens": 3000,
+        "window_indexes": list(range(25, 33)),
+        "summaries": [{"start": 16, "end": 30}, {"start": 1, "end": 15}],
+        "pins": ["p1", "p2"],
+        "dropped": {},
+    }
+
+
+def test_receipt_counts_what_was_dropped() -> None:
+    pins = [pin(f"p{i}", 0.5 + i / 100, words=30) for i in range(7)]  # 5 candidates
+    context = run(turn(conv(8)), HYBRID, pins=pins, budget=FIXED + KEEP + 80)
+    receipt = context.receipt
+    assert receipt.pins == ("p6",)
+    assert receipt.dropped == {"pins": 4, "window": 3}
+    assert receipt.to_json()["dropped"] == {"pins": 4, "window": 3}
+
+
+def test_receipt_header_without_window_or_memory() -> None:
+    receipt = Receipt(
+        tiers={"prompt": 0, "window": 0, "new": 12}, window_indexes=(), budget_tokens=500
+    )
+    assert receipt.header() == "prompt=0;window=0;new=12;budget=500"
+    assert receipt.total_tokens == 12 + TOKENS_PER_REPLY
 
 
 def test_unindexed_window_messages_are_not_in_receipt_indexes() -> None:
@@ -130,35 +606,19 @@ def test_unindexed_window_messages_are_not_in_receipt_indexes() -> None:
         Message(role="user", content="old", tokens=4),
         Message(role="assistant", content="x", tokens=4),
     )
-    context = assemble(turn(prior(2) + imported), limits())
+    context = run(turn((*conv(2), *imported)), HYBRID)
     assert context.receipt.window_indexes == (1, 2)
     assert context.receipt.tiers["window"] == 28
 
 
-def test_no_prompt() -> None:
-    context = assemble(turn(prior(2), prompt=()), limits())
-    assert context.messages == (*prior(2), NEW)
-    assert context.receipt.tiers == {"prompt": 0, "window": 20, "new": 20}
-
-
-def test_receipt() -> None:
-    context = assemble(turn(prior(8)), limits(max_messages=4, budget=3000))
-    receipt = context.receipt
-    assert receipt.tiers == {"prompt": 7, "window": 40, "new": 20}
-    assert receipt.window_indexes == (5, 6, 7, 8)
-    assert receipt.total_tokens == 7 + 40 + 20 + TOKENS_PER_REPLY
-    assert receipt.header() == "prompt=7;window=40;new=20;idx=5-8;budget=3000"
-    assert receipt.to_json() == {
-        "tiers": {"prompt": 7, "window": 40, "new": 20},
-        "total_tokens": 70,
-        "budget_tokens": 3000,
-        "window_indexes": [5, 6, 7, 8],
-    }
-
-
-def test_receipt_header_without_window() -> None:
-    receipt = Receipt(
-        tiers={"prompt": 0, "window": 0, "new": 12}, window_indexes=(), budget_tokens=500
+def test_with_the_real_token_counter() -> None:
+    counter = TokenCounter()
+    tiers = Tiers(summaries=(Summary(1, 15, "The user plans a trip to Lisbon in May."),))
+    pins = [Pin("p", "Seat 14C, vegetarian meal", 0.95)]
+    context = run(
+        turn(conv(20)), HYBRID, tiers=tiers, pins=pins, budget=3000, counter=counter.count_text
     )
-    assert receipt.header() == "prompt=0;window=0;new=12;budget=500"
-    assert receipt.total_tokens == 12 + TOKENS_PER_REPLY
+    text = memory_text(context)
+    assert text is not None and "Seat 14C" in text and "Lisbon" in text
+    assert context.messages[1].tokens == counter.count_text(text) + TOKENS_PER_MESSAGE
+    assert context.receipt.total_tokens == total(context) <= 3000

@@ -298,7 +298,6 @@ def test_regenerate_of_tool_results_turn() -> None:
         pytest.param([U2], state(U1, A1, U2, A2), id="single message mid-session"),
         pytest.param([U1, A1, u("u2 edited")], state(U1, A1, U2, A2), id="edited question"),
         pytest.param([U1, a("other"), U2], state(U1, A1, U2, A2), id="history differs"),
-        pytest.param([U1, A1, U2], state(U1, A1, U2), id="stored ends with user"),
         pytest.param([U1], state(), id="empty store"),
     ],
 )
@@ -306,3 +305,13 @@ def test_not_a_regenerate(request_messages: list[Message], loaded: SessionState)
     result = reconcile(request_messages, loaded)
     assert result.truncate_to is None
     assert result.to_record[-1:] == tuple(request_messages[-1:])
+
+
+def test_a_stored_unanswered_turn_sent_again_is_a_retry_not_a_new_turn() -> None:
+    stored = state(u("hello"), a("hi"), u("my seat is 14C"))
+    request = (u("hello"), a("hi"), u("my seat is 14C"))
+    for messages in (request, request[2:]):
+        plan = reconcile(messages, stored)
+        assert plan.to_record == () and plan.truncate_to is None
+        assert [m.index for m in plan.new] == [3]
+        assert [m.index for m in plan.prior] == [1, 2]

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from gateway.config import MemoryConfig
 from gateway.identity import Identity, MemoryMode
-from gateway.memory.model import Message, SessionState
+from gateway.memory.assemble import MEMORY_HEADER
+from gateway.memory.model import Message, Pin, SessionState, Summary, Tiers
 from gateway.memory.service import MemoryService
 from gateway.store.keys import SessionKeys
 from gateway.tokens import TokenCounter
@@ -62,3 +63,25 @@ async def test_imported_history_is_counted_once() -> None:
     turn = await service.prepare(IDENTITY, request, "gpt-4o")
     assert len(tokens.counted) == 7  # six imported messages (in prior and to_record) + new
     assert all(m.tokens > 0 for m in turn.plan.to_record + turn.plan.prior + turn.plan.new)
+
+
+async def test_the_configured_composition_and_the_stored_tiers_are_used() -> None:
+    stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(40)))
+    state = SessionState(
+        message_count=40,
+        tail=stored,
+        tiers=Tiers(version=2, summaries=(Summary(2, 22, "the trip to Lisbon"),)),
+        pins=(Pin("p1", "seat 14C", 0.95),),
+    )
+    config = MemoryConfig(preset="rolling-window", memory_role="developer", window_messages=5)
+    service = MemoryService(FakeStore(state), TokenCounter(), config)  # type: ignore[arg-type]
+    turn = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
+    messages = turn.context.messages
+    assert messages[0].role == "developer"
+    assert isinstance(messages[0].content, str)
+    assert messages[0].content.startswith(MEMORY_HEADER)
+    assert "the trip to Lisbon" in messages[0].content
+    assert "seat 14C" not in messages[0].content  # rolling-window has no pins tier
+    assert turn.context.receipt.window_indexes == (36, 37, 38, 39, 40)
+    assert turn.context.receipt.summaries == ((2, 22),)
+    assert [m.text for m in messages[1:]] == [f"message {i}" for i in range(36, 41)] + ["new"]
