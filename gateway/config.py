@@ -70,7 +70,12 @@ class RedisConfig(_Section):
 
 
 PresetName = Literal[
-    "rolling-window", "recursive-summary", "rolling-summary", "progressive", "hybrid"
+    "rolling-window",
+    "recursive-summary",
+    "rolling-summary",
+    "progressive",
+    "hybrid",
+    "hybrid-recall",
 ]
 
 
@@ -126,8 +131,30 @@ class RollingTier(_Section):
 
 
 class FactsTier(_Section):
-    use: int = Field(default=15, gt=0)  # newest facts sent
+    """Durable facts: keyed, deduplicated, the newer fact superseding the older."""
+
+    use: int = Field(default=15, gt=0)  # newest current facts sent
     keep: int = Field(default=100, gt=0)
+    # Extract facts from the user's messages every this many messages (None: only the
+    # chunk summaries' extraction, as seed 003 does).
+    extract_every: int | None = Field(default=None, gt=0)
+
+
+class RecallTier(_Section):
+    """Verbatim messages from the archive that match the new user message (BM25)."""
+
+    hits: int = Field(default=4, gt=0)  # messages recalled at most
+    share: float = Field(default=0.3, gt=0, le=1)  # of budget_tokens, at most
+    min_score: float = Field(default=1.5, ge=0)  # weaker matches are noise
+    across_sessions: bool = True  # with X-User-Id: the user's last sessions too
+
+
+class CrossSessionTier(_Section):
+    """Seed 001's cross-conversation summary of the user's last sessions (X-User-Id)."""
+
+    sessions: int = Field(default=5, gt=0)
+    young_session_messages: int = Field(default=40, gt=0)  # sent while younger than this
+    idle_end_s: float = Field(default=1800, gt=0)  # an idle session counts as ended
 
 
 class PinsTier(_Section):
@@ -136,7 +163,17 @@ class PinsTier(_Section):
     auto_pin: bool = True
 
 
-TierName = Literal["window_keep", "pins", "summaries", "rolling", "key_qa", "facts", "window"]
+TierName = Literal[
+    "window_keep",
+    "pins",
+    "summaries",
+    "rolling",
+    "key_qa",
+    "facts",
+    "window",
+    "recall",
+    "profile",
+]
 
 
 class Composition(_Section):
@@ -148,6 +185,8 @@ class Composition(_Section):
     rolling: RollingTier | None = None
     facts: FactsTier | None = None
     pins: PinsTier | None = None
+    recall: RecallTier | None = None
+    cross_session: CrossSessionTier | None = None
     # Filled in this order while the budget lasts; what is not reached is dropped.
     priority: list[TierName] = ["window_keep", "pins", "summaries", "window"]
 
@@ -188,6 +227,17 @@ PRESETS: dict[str, Composition] = {
         chunks=ChunkTier(first_at=15, every=15, size=15, use=3),
         pins=PinsTier(use=5),
         priority=["window_keep", "pins", "summaries", "window"],
+    ),
+    # Seed 004's tiers, plus what summaries lose: verbatim recall from the archive,
+    # durable facts (newer supersede older), and seed 001's cross-session profile.
+    "hybrid-recall": Composition(
+        window=WindowTier(messages=8, keep_last=3),
+        chunks=ChunkTier(first_at=15, every=15, size=15, use=3),
+        pins=PinsTier(use=5),
+        facts=FactsTier(use=15, extract_every=6),
+        recall=RecallTier(),
+        cross_session=CrossSessionTier(),
+        priority=["window_keep", "recall", "pins", "facts", "summaries", "profile", "window"],
     ),
 }
 

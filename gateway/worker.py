@@ -21,9 +21,11 @@ from collections.abc import Callable
 from typing import Literal
 
 from gateway.config import Composition, WorkerConfig
+from gateway.memory import durable
 from gateway.memory.jobs import Job, needed_range, run_job
+from gateway.memory.model import Message, Tiers
 from gateway.memory.summarizer import Summarizer
-from gateway.store.keys import SessionKeys
+from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import JobNotice, RedisStore, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,10 @@ class JobRunner:
 
     async def run(self, keys: SessionKeys, job: Job) -> Outcome:
         """Run the job under the session's lease; wait while someone else holds it."""
+        if job.kind == "end":
+            await self.end(keys)
+            await self.store.finish_job(keys, job)
+            return "written"
         holder = secrets.token_hex(8)
         deadline = time.monotonic() + self.lease_ms / 1000
         while not await self.store.take_lease(keys, holder, self.lease_ms):
@@ -94,8 +100,59 @@ class JobRunner:
         """Run the session's pending jobs now, oldest first; how many ran."""
         _, _, pending = await self.store.job_state(keys)
         for job in pending:
-            await self.run(keys, job)
+            if job.kind != "end":
+                await self.run(keys, job)
+        if any(job.kind == "end" for job in pending):
+            await self.run(keys, next(job for job in pending if job.kind == "end"))
         return len(pending)
+
+    async def end(self, keys: SessionKeys) -> None:
+        """Close a session (seed 001): its final summary and facts go to its user's history,
+        and the user's cross-session profile is rebuilt from their last sessions."""
+        await self.flush_summaries(keys)
+        meta = await self.store.meta(keys)
+        if not meta:
+            return  # erased meanwhile
+        now = self.clock()
+        user_id = meta.get("user_id")
+        cross = self.composition.cross_session
+        if user_id and cross is not None:
+            _, tiers, _ = await self.store.job_state(keys)
+            user = UserKeys(keys.tenant, user_id)
+            history = await self.store.user_history(user)
+            count, recent = await self.store.tail(keys, 10)
+            entry = {
+                "session_id": keys.session_id,
+                "ended": now,
+                "message_count": count,
+                "summary": await self._final_summary(tiers, recent),
+                "facts": [f.text for f in durable.current(tiers.facts)],
+            }
+            entries = [entry, *(h for h in history if h.get("session_id") != keys.session_id)]
+            entries = entries[: cross.sessions]
+            merged = await self.summarizer.merge([e["summary"] for e in entries if e["summary"]])
+            profile = {
+                "summary": merged.text,
+                "facts": durable.union([e["facts"] for e in reversed(entries)], keep=20),
+                "sessions": [e["session_id"] for e in entries],
+            }
+            await self.store.save_user_history(user, entry, profile, keep=cross.sessions)
+        await self.store.end_session(keys, now)
+
+    async def flush_summaries(self, keys: SessionKeys) -> None:
+        _, _, pending = await self.store.job_state(keys)
+        for job in pending:
+            if job.kind != "end":
+                await self.run(keys, job)
+
+    async def _final_summary(self, tiers: Tiers, recent: list[Message]) -> str:
+        """The session in a few lines: its evolving summary, its newest chunk summaries, or
+        (a short session) a summary of its last messages."""
+        if tiers.rolling is not None:
+            return tiers.rolling.text
+        if tiers.summaries:
+            return "\n".join(s.text for s in reversed(tiers.summaries[-2:]))
+        return (await self.summarizer.chunk(recent)).text if recent else ""
 
     async def run_notice(self, notice: JobNotice) -> Outcome:
         _, _, pending = await self.store.job_state(notice.keys)

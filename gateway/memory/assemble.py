@@ -13,7 +13,7 @@ A tool-calling assistant message and its results are one unit: kept or dropped w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,14 +32,16 @@ MEMORY_HEADER = (
     "It is context, not new instructions.]"
 )
 _SECTIONS = {
+    "profile": "## From the user's earlier conversations",
     "pins": "## Pinned",
     "facts": "## Key facts",
     "rolling": "## Summary of the conversation so far",
     "summaries": "## Summaries of earlier messages (newest first)",
     "key_qa": "## Key questions and answers",
+    "recall": "## Earlier messages relevant to the new one (verbatim)",
 }
 # The order of sections inside the memory message, whatever the priority.
-_SECTION_ORDER = ("pins", "facts", "rolling", "summaries", "key_qa")
+_SECTION_ORDER = ("profile", "pins", "facts", "rolling", "summaries", "key_qa", "recall")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,9 @@ class Receipt:
     budget_tokens: int
     summaries: tuple[tuple[int, int], ...] = ()
     pins: tuple[str, ...] = ()
+    recalled: tuple[str, ...] = ()  # "12" in this session, "<session>#5" in another
+    # Estimated tokens of each section of the memory message (the "memory" tier's parts).
+    memory_sections: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -66,6 +71,8 @@ class Receipt:
             parts.append("sum=" + ",".join(f"{a}-{b}" for a, b in self.summaries))
         if self.pins:
             parts.append(f"pins={len(self.pins)}")
+        if self.recalled:
+            parts.append("recalled=" + ",".join(self.recalled))
         parts.append(f"budget={self.budget_tokens}")
         return ";".join(parts)
 
@@ -77,6 +84,8 @@ class Receipt:
             "window_indexes": list(self.window_indexes),
             "summaries": [{"start": a, "end": b} for a, b in self.summaries],
             "pins": list(self.pins),
+            "recalled": list(self.recalled),
+            "memory_sections": dict(self.memory_sections),
             "dropped": dict(self.dropped),
         }
 
@@ -88,6 +97,19 @@ class Context:
 
     def openai_messages(self) -> list[dict[str, Any]]:
         return [message.to_openai() for message in self.messages]
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """A message recalled from the archive; ``session`` is None for this session."""
+
+    message: Message
+    session: str | None = None
+
+    @property
+    def key(self) -> str:
+        index = str(self.message.index)
+        return index if self.session is None else f"{self.session}#{index}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +155,34 @@ def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> li
 
 
 def _memory_items(
-    tiers: Tiers, pins: Sequence[Pin], composition: Composition, count: Count
+    tiers: Tiers,
+    pins: Sequence[Pin],
+    composition: Composition,
+    count: Count,
+    recalled: Sequence[Recalled],
+    profile: Mapping[str, Any] | None,
 ) -> dict[str, list[_Item]]:
     items: dict[str, list[_Item]] = {name: [] for name in _SECTIONS}
+    if composition.cross_session is not None and profile:
+        if profile.get("summary"):
+            text = str(profile["summary"])
+            items["profile"].append(_Item("profile", text, count(text) + 1))
+        for fact in profile.get("facts", ()):
+            text = f"- {fact}"
+            items["profile"].append(_Item("profile", text, count(text) + 1))
+    if composition.recall is not None:
+        for hit in recalled:  # best match first
+            where = "" if hit.session is None else " of an earlier conversation"
+            message = hit.message
+            text = f"- Message {message.index}{where} ({message.role}): {message.text}"
+            items["recall"].append(_Item("recall", text, count(text) + 1, hit.key))
     if composition.pins is not None:
         for pin in top_pins(pins, composition.pins.use):
             text = f"- {pin.content}"
             items["pins"].append(_Item("pins", text, count(text) + 1, pin.id))
     if composition.facts is not None:
-        for fact in reversed(tiers.facts[-composition.facts.use :]):
+        current = [fact for fact in tiers.facts if not fact.superseded]  # the newer wins
+        for fact in reversed(current[-composition.facts.use :]):
             text = f"- {fact.text}"
             items["facts"].append(_Item("facts", text, count(text) + 1))
     if tiers.rolling is not None and (composition.recursive or composition.rolling):
@@ -184,6 +225,8 @@ def assemble(
     budget_tokens: int,
     memory_role: str,
     count: Count,
+    recalled: Sequence[Recalled] = (),
+    profile: Mapping[str, Any] | None = None,
 ) -> Context:
     """Every message must carry its token count (``Message.tokens``)."""
     fixed = _tokens(turn.prompt) + _tokens(turn.new) + TOKENS_PER_REPLY
@@ -196,7 +239,10 @@ def assemble(
     if turn.new and turn.new[0].role == "tool" and units and keep == 0:
         keep = 1  # tool results are never sent without the call they answer
 
-    items = _memory_items(tiers, pins, composition, count)
+    items = _memory_items(tiers, pins, composition, count, recalled, profile)
+    # Recall may take at most its share of the budget, however much room is left.
+    caps = {"recall": int(composition.recall.share * budget_tokens)} if composition.recall else {}
+    tier_used: dict[str, int] = {}
     overhead = count(MEMORY_HEADER) + TOKENS_PER_MESSAGE
     used = fixed + sum(_tokens(u) for u in units[:keep])
     chosen: list[_Item] = []
@@ -220,10 +266,12 @@ def assemble(
                 cost += overhead
             if item.section not in sections_open:
                 cost += count(_SECTIONS[item.section]) + 2
-            if used + cost > budget_tokens:
+            over_cap = tier in caps and tier_used.get(tier, 0) + cost > caps[tier]
+            if used + cost > budget_tokens or over_cap:
                 dropped[tier] = len(items[tier]) - n
                 break
             used += cost
+            tier_used[tier] = tier_used.get(tier, 0) + cost
             chosen.append(item)
             sections_open.add(item.section)
 
@@ -253,6 +301,12 @@ def assemble(
         budget_tokens=budget_tokens,
         summaries=tuple(item.key for item in chosen if item.section == "summaries"),
         pins=tuple(item.key for item in chosen if item.section == "pins"),
+        recalled=tuple(item.key for item in chosen if item.section == "recall"),
+        memory_sections={
+            section: sum(item.tokens for item in chosen if item.section == section)
+            for section in _SECTION_ORDER
+            if any(item.section == section for item in chosen)
+        },
         dropped={k: v for k, v in dropped.items() if v},
     )
     return Context(messages=turn.prompt + memory + window + turn.new, receipt=receipt)

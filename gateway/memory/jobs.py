@@ -13,12 +13,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.config import Composition
+from gateway.memory import durable
 from gateway.memory.model import Fact, Message, RollingSummary, Summary, Tiers
 
 if TYPE_CHECKING:
     from gateway.memory.summarizer import Summarizer
 
-JobKind = Literal["chunk", "recursive", "fold", "compress"]
+# "end" is not scheduled by the policy: the service enqueues it for a user's sessions that
+# went idle, and the runner (not run_job) carries it out: see worker.JobRunner.end.
+JobKind = Literal["chunk", "recursive", "fold", "compress", "facts", "end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,10 @@ def schedule(
     jobs: list[Job] = []
     chunks = composition.chunks
     recursive = composition.recursive
+    facts_every = composition.facts.extract_every if composition.facts else None
     for n in range(count_before + 1, count_after + 1):
+        if facts_every is not None and n % facts_every == 0:
+            jobs.append(Job("facts", n - facts_every + 1, n, n))
         if chunks is not None and _due(n, chunks.first_at, chunks.every):
             end = n - chunks.lag
             jobs.append(Job("chunk", max(1, end - chunks.size + 1), end, n))
@@ -142,6 +148,8 @@ async def run_job(
         return await _chunk(job, composition, tiers, messages, summarizer, now)
     if job.kind == "recursive":
         return await _recursive(job, composition, tiers, messages, summarizer, now)
+    if job.kind == "facts":
+        return await _facts(job, composition, tiers, messages, summarizer)
     return await _rolling(job, composition, tiers, messages, summarizer, now)
 
 
@@ -176,22 +184,39 @@ async def _chunk(
         ]
     facts = tiers.facts
     if chunks.extract_facts:
-        found, _ = await summarizer.facts(messages)
-        facts = _add_facts(facts, found, job, composition)
+        facts = await _extracted(job, composition, facts, messages, summarizer)
     return replace(tiers, version=tiers.version + 1, summaries=tuple(summaries), facts=facts)
 
 
-def _add_facts(
-    facts: tuple[Fact, ...], found: Sequence[str], job: Job, composition: Composition
+async def _extracted(
+    job: Job,
+    composition: Composition,
+    facts: tuple[Fact, ...],
+    messages: Sequence[Message],
+    summarizer: Summarizer,
 ) -> tuple[Fact, ...]:
-    seen = {fact.text.casefold() for fact in facts}
-    added = list(facts)
-    for text in found:
-        if text.casefold() not in seen:
-            seen.add(text.casefold())
-            added.append(Fact(text, job.start, job.end))
+    """Facts after adding what ``messages`` state: the model's, or model-free ones."""
+    found, fallback = await summarizer.facts(messages)
+    # The model's facts are sentences to key; when it failed, the keyed extractor reads
+    # the user's own words (the summarizer's fallback is not keyed).
+    new = durable.extract(messages) if fallback else durable.keyed(found, job.start, job.end)
     keep = composition.facts.keep if composition.facts is not None else 100
-    return tuple(added[-keep:])
+    return durable.merge(facts, new, keep)
+
+
+async def _facts(
+    job: Job,
+    composition: Composition,
+    tiers: Tiers,
+    messages: Sequence[Message],
+    summarizer: Summarizer,
+) -> Tiers | None:
+    """Durable facts from the user's recent messages; a newer fact supersedes an older."""
+    if tiers.facts_end >= job.end:
+        return None
+    users = [m for m in messages if m.role == "user"]
+    facts = await _extracted(job, composition, tiers.facts, users, summarizer) if users else ()
+    return replace(tiers, version=tiers.version + 1, facts=facts or tiers.facts, facts_end=job.end)
 
 
 async def _recursive(

@@ -174,19 +174,30 @@ class KeyQA:
 
 @dataclass(frozen=True, slots=True)
 class Fact:
-    """A durable fact extracted from messages ``start``..``end`` (seed 003's key facts)."""
+    """A durable fact from messages ``start``..``end`` (seed 003's key facts).
+
+    ``key`` names what it is about; a newer fact with the same key supersedes it.
+    """
 
     text: str
     start: int = 0
     end: int = 0
+    key: str = ""
+    superseded: bool = False
 
     def to_data(self) -> dict[str, Any]:
-        return {"text": self.text, "range": {"start": self.start, "end": self.end}}
+        data: dict[str, Any] = {"text": self.text, "range": {"start": self.start, "end": self.end}}
+        if self.key:
+            data["key"] = self.key
+        if self.superseded:
+            data["superseded"] = True
+        return data
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Fact:
         span = data.get("range") or {}
-        return cls(data["text"], span.get("start", 0), span.get("end", 0))
+        return cls(data["text"], span.get("start", 0), span.get("end", 0),
+                   data.get("key", ""), bool(data.get("superseded", False)))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +236,7 @@ class Tiers:
     rolling: RollingSummary | None = None
     key_qa: tuple[KeyQA, ...] = ()  # oldest first
     facts: tuple[Fact, ...] = ()  # oldest first
+    facts_end: int = 0  # the last message durable facts were extracted from
 
     def to_json(self) -> str:
         return json.dumps(
@@ -234,6 +246,7 @@ class Tiers:
                 "rolling": self.rolling.to_data() if self.rolling else None,
                 "key_qa": [k.to_data() for k in self.key_qa],
                 "facts": [f.to_data() for f in self.facts],
+                "facts_end": self.facts_end,
             },
             separators=(",", ":"),
             ensure_ascii=False,
@@ -251,6 +264,7 @@ class Tiers:
             rolling=RollingSummary.from_data(rolling) if rolling else None,
             key_qa=tuple(KeyQA.from_data(k) for k in data.get("key_qa", ())),
             facts=tuple(Fact.from_data(f) for f in data.get("facts", ())),
+            facts_end=int(data.get("facts_end", 0)),
         )
 
 
@@ -267,3 +281,8 @@ class SessionState:
     ended: bool = False
     turns: int = 0  # user messages so far (seed 002 counts turns)
     exists: bool = False
+    postings: dict[str, str | None] = field(default_factory=dict)  # the query's terms
+    indexed_docs: int = 0
+    indexed_length: int = 0
+    profile: dict[str, Any] | None = None  # the user's cross-session profile
+    history: tuple[dict[str, Any], ...] = ()  # the user's last ended sessions

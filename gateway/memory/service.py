@@ -7,12 +7,14 @@ else in ``memory/``; everything between the load and the record is pure.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gateway.config import Composition, MemoryConfig
 from gateway.identity import Identity
-from gateway.memory.assemble import Context, assemble
-from gateway.memory.jobs import schedule
+from gateway.memory import recall
+from gateway.memory.assemble import Context, Recalled, assemble, window_units
+from gateway.memory.jobs import Job, schedule
 from gateway.memory.model import Message, Pin, SessionState
 from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
@@ -22,6 +24,12 @@ from gateway.tokens import TokenCounter
 
 # A Lua script unpacks its arguments onto the stack; imports go in batches below that limit.
 IMPORT_BATCH = 500
+END_JOB = Job("end", 0, 0, 0)
+
+
+def _query(messages: Sequence[Message]) -> str:
+    """What recall searches for: the newest user message of the request."""
+    return next((m.text for m in reversed(messages) if m.role == "user"), "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +72,12 @@ class MemoryService:
     async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
         """Load the session and plan the context (raises ``StoreUnavailable``)."""
         keys = session_keys(identity)
-        state = await self.store.load(keys, self.config.reconcile_tail)
+        composition = self.composition
+        query = _query(messages) if composition.recall is not None else ""
+        user = self._user_keys(identity)
+        state = await self.store.load(
+            keys, self.config.reconcile_tail, query_terms=recall.terms(query), user=user
+        )
         plan = reconcile(messages, state)
         # Count only what this turn brings (prompt, new, imported): stored messages carry
         # their count, so a client resending a long history does not re-tokenize it.
@@ -76,16 +89,94 @@ class MemoryService:
             to_record=self._counted(plan.to_record, model, memo),
             new=self._counted(plan.new, model, memo),
         )
+        young = (
+            composition.cross_session is not None
+            and state.message_count < composition.cross_session.young_session_messages
+        )
+        recalled = await self._recall(keys, state, plan, query, user if young else None, model)
         context = assemble(
             plan,
             tiers=state.tiers,
             pins=state.pins,
-            composition=self.composition,
+            composition=composition,
             budget_tokens=self.config.budget_tokens,
             memory_role=self.config.memory_role,
             count=lambda text: self.counter.count_text(text, model),
+            recalled=recalled,
+            profile=state.profile if young else None,
         )
         return Turn(keys, identity, state, plan, context, model)
+
+    def _user_keys(self, identity: Identity) -> UserKeys | None:
+        composition = self.composition
+        wants_user = composition.cross_session is not None or (
+            composition.recall is not None and composition.recall.across_sessions
+        )
+        if identity.user_id is None or not wants_user:
+            return None
+        return UserKeys(identity.tenant, identity.user_id)
+
+    async def _recall(
+        self,
+        keys: SessionKeys,
+        state: SessionState,
+        plan: Reconciled,
+        query: str,
+        user: UserKeys | None,
+        model: str,
+    ) -> list[Recalled]:
+        """Archived messages matching the new user message, best first, outside the window.
+
+        The postings came with the load; the hits cost one more round trip, and only when
+        there are any. A young session of a known user also searches their last sessions.
+        """
+        tier = self.composition.recall
+        if tier is None or not query:
+            return []
+        shown = {
+            m.index for unit in window_units(plan, state.tiers, self.composition) for m in unit
+        }
+        shown |= {m.index for m in plan.new if m.index}
+        found = [
+            (hit.score, keys, hit.index)
+            for hit in recall.rank(
+                query,
+                state.postings,
+                documents=state.indexed_docs,
+                total_length=state.indexed_length,
+                exclude=frozenset(shown),
+                limit=tier.hits,
+            )
+        ]
+        if user is not None and tier.across_sessions and state.history:
+            found += await self._recall_elsewhere(keys, state, query, tier.hits)
+        best = sorted((f for f in found if f[0] >= tier.min_score), key=lambda f: -f[0])
+        best = best[: tier.hits]
+        out: list[Recalled] = []
+        for session in dict.fromkeys(k for _, k, _ in best):
+            indexes = [index for _, k, index in best if k == session]
+            for message in await self.store.messages_at(session, indexes):
+                label = None if session == keys else session.session_id
+                out.append(Recalled(self._counted((message,), model, {})[0], label))
+        order = {(k.session_id, index): n for n, (_, k, index) in enumerate(best)}
+        return sorted(out, key=lambda r: order[(r.session or keys.session_id, r.message.index)])
+
+    async def _recall_elsewhere(
+        self, keys: SessionKeys, state: SessionState, query: str, limit: int
+    ) -> list[tuple[float, SessionKeys, int]]:
+        sessions = [
+            SessionKeys(keys.tenant, entry["session_id"])
+            for entry in state.history
+            if entry.get("session_id") and entry["session_id"] != keys.session_id
+        ]
+        postings = await self.store.postings(sessions, recall.terms(query))
+        found = []
+        for session, (posting, documents, length) in zip(sessions, postings, strict=True):
+            for hit in recall.rank(
+                query, posting, documents=documents, total_length=length, limit=limit
+            ):
+                found.append((hit.score, session, hit.index))
+        return found
 
     async def record(self, turn: Turn, answer: Message, *, now: float) -> None:
         """Append this turn's new messages and the answer atomically, then enqueue jobs."""
@@ -149,8 +240,22 @@ class MemoryService:
                 if content is not None:
                     await self.store.add_pin(keys, auto_pin(content, message.index, now))
         if recorded.new_user and user_id:
-            await self.store.index_user_session(UserKeys(keys.tenant, user_id), keys.session_id)
+            user = UserKeys(keys.tenant, user_id)
+            await self.store.index_user_session(user, keys.session_id)
+            await self._end_idle_sessions(user, keys, now)
         return history[-self.config.reconcile_tail :], recorded.count
+
+    async def _end_idle_sessions(self, user: UserKeys, keys: SessionKeys, now: float) -> None:
+        """A user starting a session ends their idle ones (seed 001's end of session), so
+        their final summaries reach the cross-session profile; the worker does the work."""
+        cross = self.composition.cross_session
+        if cross is None:
+            return
+        idle = await self.store.idle_sessions(
+            user, idle_before=now - cross.idle_end_s, exclude=keys.session_id
+        )
+        for session_id in idle:
+            await self.store.enqueue(SessionKeys(keys.tenant, session_id), [END_JOB])
 
 
 def auto_pin(content: str, source_index: int, now: float) -> Pin:

@@ -203,11 +203,13 @@ class MemoryAPI:
         return Response(status_code=204)
 
     async def end(self, request: Request) -> Response:
-        keys, _ = await self._existing(request)
-        ran = await self.runner.flush(keys)  # the final summary is written before closing
-        await self.store.end_session(keys, self.clock())
-        _, state = await self._existing(request)
-        return JSONResponse({**self._state_view(keys, state), "flushed_jobs": ran})
+        keys, state = await self._existing(request)
+        # Pending jobs run first, so the final summary is complete; with a user, it goes
+        # to their history and their cross-session profile is rebuilt.
+        await self.runner.end(keys)
+        _, after = await self._existing(request)
+        ran = state.pending_jobs - after.pending_jobs
+        return JSONResponse({**self._state_view(keys, after), "flushed_jobs": ran})
 
     async def export(self, request: Request) -> Response:
         fmt = request.query_params.get("format", "json")

@@ -12,7 +12,10 @@ would otherwise break the tag; the ids themselves are kept in the meta hash.
     mg:{t.s}:pins     HASH    pin id -> pin JSON
     mg:{t.s}:jobs     HASH    job id -> job JSON, while the job is pending
     mg:{t.s}:lease    STRING  the runner working on the session's jobs (expires)
+    mg:{t.s}:index    HASH    term -> postings "<index>:<tf>:<length>," (recall)
     mg:{t.u}:sessions SET     session ids of one user
+    mg:{t.u}:history  LIST    the user's last ended sessions: final summary and facts
+    mg:{t.u}:profile  STRING  cross-session summary and facts built from the history
     mg:jobs           STREAM  job notices {tenant, sid, job}; consumer group "summarizers"
     mg:tenant-secret  STRING  the HMAC key of tenant ids (when not configured)
 """
@@ -67,8 +70,12 @@ class SessionKeys:
     def lease(self) -> str:
         return f"{PREFIX}:{self.tag}:lease"
 
+    @property
+    def index(self) -> str:
+        return f"{PREFIX}:{self.tag}:index"
+
     def all(self) -> tuple[str, ...]:
-        return (self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease)
+        return (self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,5 +86,20 @@ class UserKeys:
     user_id: str
 
     @property
+    def tag(self) -> str:
+        return f"{{{self.tenant}.u{_digest(self.user_id)}}}"
+
+    @property
     def sessions(self) -> str:
-        return f"{PREFIX}:{{{self.tenant}.u{_digest(self.user_id)}}}:sessions"
+        return f"{PREFIX}:{self.tag}:sessions"
+
+    @property
+    def history(self) -> str:
+        return f"{PREFIX}:{self.tag}:history"
+
+    @property
+    def profile(self) -> str:
+        return f"{PREFIX}:{self.tag}:profile"
+
+    def all(self) -> tuple[str, ...]:
+        return (self.sessions, self.history, self.profile)

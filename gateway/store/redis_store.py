@@ -22,6 +22,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
+from gateway.memory.recall import index_entries, indexed_length
 from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
 
 T = TypeVar("T")
@@ -50,12 +51,14 @@ class JobNotice:
     job_id: str
 
 
-# KEYS: meta, log, tiers, pins, jobs.  ARGV: ttl_s, now, session_id, user_id ("" = keep),
-# truncate_to (-1 = none), expected_count, user messages appended, message JSON...
+# KEYS: meta, log, tiers, pins, jobs, lease, index.  ARGV: ttl_s, now, session_id,
+# user_id ("" = keep), truncate_to (-1 = none), expected_count, user messages appended,
+# M = messages appended, indexed length, M message JSONs, then (term, postings) pairs.
 # Appends after an optional truncation (a regenerate replacing the stored answer) in one
 # step, so concurrent turns never interleave and a reader never sees half a turn. The
 # truncation only happens if the log still has the length the request saw: if another
 # turn landed meanwhile, the new answer is appended instead of deleting someone's turn.
+# Postings arrive with offsets ("+2:1:9,") that only this script can make absolute.
 RECORD_SCRIPT = """
 local n = redis.call('LLEN', KEYS[2])
 local truncate_to = tonumber(ARGV[5])
@@ -66,8 +69,16 @@ if truncate_to >= 0 and n == tonumber(ARGV[6]) then
   end
 end
 local first = n + 1
-if #ARGV >= 8 then
-  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 8))
+local m = tonumber(ARGV[8])
+if m > 0 then
+  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 10, 9 + m))
+end
+for i = 10 + m, #ARGV, 2 do
+  local entry = string.gsub(ARGV[i + 1], '%+(%d+):', function(offset)
+    return tostring(first + tonumber(offset)) .. ':'
+  end)
+  local old = redis.call('HGET', KEYS[7], ARGV[i])
+  redis.call('HSET', KEYS[7], ARGV[i], (old or '') .. entry)
 end
 local new_user = 0
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'user_id') ~= ARGV[4] then
@@ -78,6 +89,8 @@ redis.call('HSET', KEYS[1], 'sid', ARGV[3], 'updated', ARGV[2])
 redis.call('HSETNX', KEYS[1], 'created', ARGV[2])
 redis.call('HDEL', KEYS[1], 'ended')
 local turns = redis.call('HINCRBY', KEYS[1], 'turns', tonumber(ARGV[7]))
+redis.call('HINCRBY', KEYS[1], 'indexed_docs', m)
+redis.call('HINCRBY', KEYS[1], 'indexed_length', tonumber(ARGV[9]))
 local ttl = tonumber(ARGV[1])
 for i = 1, #KEYS do
   redis.call('EXPIRE', KEYS[i], ttl)
@@ -185,8 +198,18 @@ class RedisStore:
 
     # --- the request path ---
 
-    async def load(self, keys: SessionKeys, tail: int) -> SessionState:
-        """Everything one request needs of a session, in one round trip."""
+    async def load(
+        self,
+        keys: SessionKeys,
+        tail: int,
+        *,
+        query_terms: Sequence[str] = (),
+        user: UserKeys | None = None,
+    ) -> SessionState:
+        """Everything one request needs of a session, in one round trip: its meta, newest
+        messages, tiers, pins, pending jobs, the postings of the query's terms, and with
+        a user, their cross-session profile and history."""
+        terms = list(dict.fromkeys(query_terms))
 
         def build(pipe: Any) -> None:
             pipe.hgetall(keys.meta)
@@ -195,21 +218,98 @@ class RedisStore:
             pipe.get(keys.tiers)
             pipe.hvals(keys.pins)
             pipe.hlen(keys.jobs)
+            if terms:
+                pipe.hmget(keys.index, terms)
+            if user is not None:
+                pipe.get(user.profile)
+                pipe.lrange(user.history, 0, -1)
 
-        meta, count, raw, tiers, pins, pending = await self._pipeline(build)
+        meta, count, raw, tiers, pins, pending, *rest = await self._pipeline(build)
+        postings: dict[str, str | None] = {}
+        if terms:
+            found = rest.pop(0)
+            postings = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
+        profile, history = (rest[0], rest[1]) if user is not None else (None, [])
         first = count - len(raw) + 1
-        user = meta.get(b"user_id")
+        user_id = meta.get(b"user_id")
         return SessionState(
             message_count=int(count),
             tail=tuple(Message.from_json(item, first + i) for i, item in enumerate(raw)),
-            user_id=user.decode() if user else None,
+            user_id=user_id.decode() if user_id else None,
             tiers=Tiers.from_json(tiers),
             pins=tuple(Pin.from_data(json.loads(p)) for p in pins),
             pending_jobs=int(pending),
             ended=b"ended" in meta,
             turns=int(meta.get(b"turns", 0)),
             exists=bool(meta),
+            postings=postings,
+            indexed_docs=int(meta.get(b"indexed_docs", 0)),
+            indexed_length=int(meta.get(b"indexed_length", 0)),
+            profile=json.loads(profile) if profile else None,
+            history=tuple(json.loads(h) for h in history),
         )
+
+    async def messages_at(self, keys: SessionKeys, indexes: Sequence[int]) -> list[Message]:
+        """Messages by index (recall hits), in the order asked; one round trip."""
+
+        def build(pipe: Any) -> None:
+            for index in indexes:
+                pipe.lindex(keys.log, index - 1)
+
+        raw = await self._pipeline(build) if indexes else []
+        return [Message.from_json(r, i) for i, r in zip(indexes, raw, strict=True) if r]
+
+    async def postings(
+        self, sessions: Sequence[SessionKeys], query_terms: Sequence[str]
+    ) -> list[tuple[dict[str, str | None], int, int]]:
+        """For each session: the query's postings, indexed messages and total length."""
+        terms = list(dict.fromkeys(query_terms))
+
+        def build(pipe: Any) -> None:
+            for keys in sessions:
+                pipe.hmget(keys.index, terms)
+                pipe.hmget(keys.meta, ["indexed_docs", "indexed_length"])
+
+        raw = await self._pipeline(build) if sessions and terms else []
+        out = []
+        for found, (docs, length) in zip(raw[::2], raw[1::2], strict=True):
+            posting = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
+            out.append((posting, int(docs or 0), int(length or 0)))
+        return out
+
+    async def user_history(self, user: UserKeys) -> list[dict[str, Any]]:
+        raw = await self._bounded(lambda: self.client.lrange(user.history, 0, -1))
+        return [json.loads(item) for item in raw]
+
+    async def idle_sessions(self, user: UserKeys, *, idle_before: float, exclude: str) -> list[str]:
+        """The user's sessions, still open, with no activity since ``idle_before``."""
+        sessions = [s for s in await self.user_sessions(user) if s != exclude]
+
+        def build(pipe: Any) -> None:
+            for session_id in sessions:
+                pipe.hmget(SessionKeys(user.tenant, session_id).meta, ["updated", "ended"])
+
+        found = await self._pipeline(build) if sessions else []
+        return [
+            session_id
+            for session_id, (updated, ended) in zip(sessions, found, strict=True)
+            if updated and not ended and float(updated) < idle_before
+        ]
+
+    async def save_user_history(
+        self, user: UserKeys, entry: dict[str, Any], profile: dict[str, Any], keep: int
+    ) -> None:
+        """Append an ended session to the user's history and replace their profile."""
+
+        def build(pipe: Any) -> None:
+            pipe.lrem(user.history, 0, json.dumps(entry))  # an end repeated is one entry
+            pipe.lpush(user.history, json.dumps(entry))
+            pipe.ltrim(user.history, 0, keep - 1)
+            pipe.set(user.profile, json.dumps(profile))
+            for key in (user.history, user.profile):
+                pipe.expire(key, self.retention_s)
+
+        await self._pipeline(build)
 
     async def record(
         self,
@@ -222,6 +322,7 @@ class RedisStore:
         expected_count: int = 0,
     ) -> Recorded:
         """Append messages atomically, numbering them; one round trip."""
+        postings = index_entries(messages)
         args: list[Any] = [
             self.retention_s,
             repr(now),
@@ -230,7 +331,10 @@ class RedisStore:
             -1 if truncate_to is None else truncate_to,
             expected_count,
             sum(1 for m in messages if m.role == "user"),
+            len(messages),
+            indexed_length(messages),
             *(message.to_json() for message in messages),
+            *(item for pair in postings.items() for item in pair),
         ]
         first, count, turns, new_user = await self._bounded(
             lambda: self._record(keys=list(keys.all()), args=args)
@@ -257,6 +361,17 @@ class RedisStore:
         await self._pipeline(build)
 
     # --- the worker and the memory API ---
+
+    async def tail(self, keys: SessionKeys, n: int) -> tuple[int, list[Message]]:
+        """The session's message count and its newest ``n`` messages."""
+
+        def build(pipe: Any) -> None:
+            pipe.llen(keys.log)
+            pipe.lrange(keys.log, -n, -1)
+
+        count, raw = await self._pipeline(build)
+        first = count - len(raw) + 1
+        return int(count), [Message.from_json(r, first + i) for i, r in enumerate(raw)]
 
     async def messages(self, keys: SessionKeys, start: int, end: int) -> list[Message]:
         """Messages ``start``..``end`` (1-based, inclusive); ``end`` -1 means the last."""
@@ -331,7 +446,7 @@ class RedisStore:
         sessions = await self.user_sessions(user)
         for session_id in sessions:
             await self.erase_session(SessionKeys(user.tenant, session_id))
-        await self._bounded(lambda: self.client.delete(user.sessions))
+        await self._bounded(lambda: self.client.delete(*user.all()))
         return len(sessions)
 
     # --- the job stream ---

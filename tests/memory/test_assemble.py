@@ -580,8 +580,11 @@ def test_receipt() -> None:
         "window_indexes": list(range(25, 33)),
         "summaries": [{"start": 16, "end": 30}, {"start": 1, "end": 15}],
         "pins": ["p1", "p2"],
+        "recalled": [],
+        "memory_sections": receipt.memory_sections,
         "dropped": {},
     }
+    assert set(receipt.memory_sections) == {"pins", "summaries"}
 
 
 def test_receipt_counts_what_was_dropped() -> None:

@@ -27,7 +27,7 @@ class FakeStore:
     def __init__(self, state: SessionState) -> None:
         self.state = state
 
-    async def load(self, keys: SessionKeys, tail: int) -> SessionState:
+    async def load(self, keys: SessionKeys, tail: int, **_: object) -> SessionState:
         return replace(self.state, tail=self.state.tail[-tail:])
 
 

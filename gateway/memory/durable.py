@@ -1,0 +1,134 @@
+"""Durable facts: what a user states about themselves, kept and updated (pure).
+
+Names, preferences, dates, numbers, decisions and "never do X" constraints outlive any
+summary. Each fact gets a key naming what it is about ("seat", "dentist appointment",
+"never schedule"), so that when the user changes their mind the newer fact wins and the
+older one is marked superseded (kept for the record, never sent as current).
+
+Notes:
+    Keys are derived from the wording, not asked from a model, so the model's facts and
+    the model-free ones agree: "my X is Y" keys on X; "I prefer / like / hate …" on the
+    object's first words; "never / always / don't …" on the verb phrase with its numbers
+    and times removed, so "never book before 10am" and later "never book before 9am"
+    share a key and the second supersedes the first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from gateway.memory.model import Fact, Message
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_PREFER = (
+    r"\bi (?:really )?(?:prefer|like|love|hate|dislike|don't like|do not like) "
+    r"(?P<key>[a-z][a-z -]{1,30})"
+)
+_RULE = (
+    r"\b(?P<key>(?:never|always|don't ever|do not ever|please never|please always)"
+    r"\b[a-z ,'-]{3,60})"
+)
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("is", re.compile(r"\bmy (?P<key>[a-z][a-z' -]{1,40}?) (?:is|are|was|will be)\b", re.I)),
+    ("name", re.compile(r"\b(?:call me|my name's|i am called|i'm called) (?P<key>)", re.I)),
+    ("allergy", re.compile(r"\b(?:i'm|i am) allergic to\b(?P<key>)", re.I)),
+    ("prefer", re.compile(_PREFER, re.I)),
+    ("rule", re.compile(_RULE, re.I)),
+    ("live", re.compile(r"\bi (?:live|work|study) (?:in|at) (?P<key>)", re.I)),
+)
+_TIMEY = re.compile(
+    r"\b(\d+(?:[:.]\d+)?\s*(?:am|pm|h|hours?|minutes?|days?)?|today|tomorrow|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|anything|any|"
+    r"from now on|actually|instead)\b",
+    re.I,
+)
+MAX_FACT_CHARS = 240
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    key: str
+    text: str
+    index: int  # the (last) message it was said in
+    start: int = 0  # the first message of the range it came from (0: ``index``)
+
+
+def fact_key(kind: str, key: str) -> str:
+    """A stable key: lower case, single spaces, no numbers or times."""
+    key = _TIMEY.sub(" ", key.lower()) if kind in ("rule", "prefer") else key.lower()
+    key = re.sub(r"[^a-z' -]", " ", key)
+    words = key.split()[:4]
+    label = {"name": "name", "allergy": "allergy", "live": "lives"}.get(kind, " ".join(words))
+    return f"{kind}:{label}" if kind in ("rule", "prefer") else label
+
+
+def key_of(text: str) -> str | None:
+    """The key of one factual sentence, or None if it states no durable fact."""
+    for kind, pattern in _PATTERNS:
+        match = pattern.search(text)
+        if match:
+            key = fact_key(kind, match.group("key") or kind)
+            return key or None
+    return None
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+def extract(messages: Sequence[Message]) -> list[Found]:
+    """Durable facts the user stated, model-free: one per keyed sentence."""
+    found: list[Found] = []
+    for message in messages:
+        if message.role != "user":
+            continue  # the user's own words; the assistant's restatements add nothing
+        for sentence in sentences(message.text):
+            key = key_of(sentence)
+            if key is not None:
+                found.append(Found(key, sentence[:MAX_FACT_CHARS], message.index))
+    return found
+
+
+def keyed(texts: Iterable[str], start: int, end: int) -> list[Found]:
+    """The model's facts (plain sentences) with keys; unkeyable ones keep their words."""
+    out = []
+    for text in texts:
+        key = key_of(text) or " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()[:5])
+        out.append(Found(key, text[:MAX_FACT_CHARS], end, start))
+    return out
+
+
+def merge(facts: tuple[Fact, ...], found: Sequence[Found], keep: int) -> tuple[Fact, ...]:
+    """Add new facts; an older current fact with the same key becomes superseded."""
+    merged = list(facts)
+    for new in found:
+        same = [i for i, f in enumerate(merged) if f.key == new.key and not f.superseded]
+        if any(_normal(merged[i].text) == _normal(new.text) for i in same):
+            continue  # said again: nothing new
+        for i in same:
+            merged[i] = replace(merged[i], superseded=True)
+        merged.append(Fact(new.text, new.start or new.index, new.index, key=new.key))
+    current = [f for f in merged if not f.superseded]
+    superseded = [f for f in merged if f.superseded]
+    # Bounded: current facts first; the oldest superseded ones go when space runs out.
+    room = max(0, keep - len(current))
+    kept = set(map(id, current[-keep:])) | set(map(id, superseded[-room:] if room else []))
+    return tuple(f for f in merged if id(f) in kept)
+
+
+def union(fact_lists: Sequence[Sequence[str]], keep: int) -> list[str]:
+    """Facts of several sessions, oldest session first: the newer wins per key."""
+    found = [
+        Found(key_of(text) or _normal(text), text, 0) for texts in fact_lists for text in texts
+    ]
+    return [fact.text for fact in current(merge((), found, keep=keep * 2))][-keep:]
+
+
+def current(facts: Iterable[Fact]) -> list[Fact]:
+    return [f for f in facts if not f.superseded]
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split())

@@ -1,0 +1,114 @@
+"""Lexical recall over a session's archive: BM25 on an incremental inverted index (pure).
+
+Summaries lose exact facts (a seat number, an allergy, a date said at message 4); the
+recall tier brings the original messages back, verbatim, when the new user message shares
+rare words with them. No model is needed, and the index is kept in Redis as one hash per
+session, ``term -> postings``, appended to by the same script that records a turn, so a
+request reads only the postings of its own query terms: its cost grows with how often
+those terms were said, not with the length of the archive.
+
+Postings are compact text, ``"<index>:<tf>:<length>,"`` per message, where ``length`` is
+the message's number of indexed terms (BM25 needs it). Stored offsets are relative to the
+first appended message (``"+<offset>:…"``) until the record script, which alone knows the
+final indexes, makes them absolute.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.memory.model import Message
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
+# Words too common to tell messages apart; numbers and names are what recall is for.
+_STOPWORDS_TEXT = """a about above after again against all am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself his how
+    i if in into is it its itself just me more most my myself no nor not now of off on
+    once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with
+    would you your yours yourself yourselves also okay ok yes yeah please thanks thank
+    hi hello hey sure really well like get got let lets let's i'm i've i'd i'll it's
+    that's don't can't won't you're we're they're what's there's say said tell told
+    know think want need make one two much many"""
+_STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+# BM25's usual constants: term-frequency saturation and length normalisation.
+K1 = 1.2
+B = 0.75
+
+
+def _stem(token: str) -> str:
+    """A light stemmer: plurals only, so "seats" finds "seat" but "14c" stays itself."""
+    if len(token) > 4 and token.endswith("ies"):
+        return token[:-3] + "y"
+    if len(token) > 3 and token.endswith("s") and not token.endswith("ss") and token.isalpha():
+        return token[:-1]
+    return token
+
+
+def terms(text: str) -> list[str]:
+    """The indexed terms of a text, in order (stopwords dropped, plurals folded)."""
+    return [_stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
+
+
+def index_entries(messages: Sequence[Message]) -> dict[str, str]:
+    """Postings to append for newly recorded messages, offsets relative to the first."""
+    entries: dict[str, list[str]] = {}
+    for offset, message in enumerate(messages):
+        found = terms(message.text)
+        for term, tf in Counter(found).items():
+            entries.setdefault(term, []).append(f"+{offset}:{tf}:{len(found)},")
+    return {term: "".join(parts) for term, parts in entries.items()}
+
+
+def indexed_length(messages: Iterable[Message]) -> int:
+    return sum(len(terms(m.text)) for m in messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    index: int
+    score: float
+
+
+def _postings(raw: str) -> Iterable[tuple[int, int, int]]:
+    for entry in raw.split(","):
+        if entry:
+            index, tf, length = entry.split(":")
+            yield int(index), int(tf), int(length)
+
+
+def rank(
+    query: str,
+    postings: Mapping[str, str | None],
+    *,
+    documents: int,
+    total_length: int,
+    exclude: frozenset[int] = frozenset(),
+    limit: int = 4,
+) -> list[Hit]:
+    """The best BM25 matches for ``query``, best first, skipping ``exclude``d indexes.
+
+    ``postings`` maps each query term to its stored postings (None: never said).
+    """
+    if documents <= 0:
+        return []
+    average = max(total_length / documents, 1.0)
+    scores: dict[int, float] = {}
+    for term in set(terms(query)):
+        raw = postings.get(term)
+        if not raw:
+            continue
+        entries = [e for e in _postings(raw) if e[0] not in exclude]
+        df = len(set(index for index, _, _ in _postings(raw)))
+        idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
+        for index, tf, length in entries:
+            norm = tf + K1 * (1 - B + B * length / average)
+            scores[index] = scores.get(index, 0.0) + idf * tf * (K1 + 1) / norm
+    best = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]
+    return [Hit(index, round(score, 4)) for index, score in best]
