@@ -160,7 +160,8 @@ class MemoryAPI:
     async def context(self, request: Request) -> Response:
         keys = await self._keys(request)
         chat = parse_chat_request(await read_body(request, self.max_body_bytes))
-        identity = Identity(keys.tenant, keys.session_id, None, MemoryMode.READ)
+        user_id = header_id(request.headers, "X-User-Id")  # as the proxy would see it
+        identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)
         turn = await self.memory.prepare(identity, chat.messages, chat.model)
         return JSONResponse(
             {"messages": turn.context.openai_messages(), "receipt": turn.context.receipt.to_json()}

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -177,11 +178,17 @@ def session_id() -> str:
 _OPEN_CLIENTS: list[openai.OpenAI] = []
 
 
+_OPEN_HTTP: list[httpx.Client] = []
+
+
 @pytest.fixture(autouse=True)
-def _close_sdk_clients() -> Iterator[None]:
+def _close_clients() -> Iterator[None]:
+    """Clients a test opened are closed even when it fails (no leaked sockets)."""
     yield
     while _OPEN_CLIENTS:
         _OPEN_CLIENTS.pop().close()
+    while _OPEN_HTTP:
+        _OPEN_HTTP.pop().close()
 
 
 def sdk(gateway: ServerThread, key: str, session: str | None, **headers: str) -> openai.OpenAI:
@@ -202,3 +209,49 @@ def say(client: openai.OpenAI, text: str, model: str = "fake-model") -> str:
         model=model, messages=[{"role": "user", "content": text}]
     )
     return answer.choices[0].message.content or ""
+
+
+class Memory:
+    """The memory API of one session, as an operator's script would use it."""
+
+    def __init__(self, gateway: ServerThread, key: str, session: str) -> None:
+        self.http = httpx.Client(
+            base_url=gateway.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+        _OPEN_HTTP.append(self.http)
+        self.base = f"/memory/sessions/{session}"
+        self.count = 0
+
+    def add(self, n: int, text: str = "message {i} about topic {t}") -> None:
+        """Append n messages, alternating user/assistant, continuing the numbering."""
+        messages = []
+        for _ in range(n):
+            self.count += 1
+            role = "user" if self.count % 2 else "assistant"
+            messages.append({"role": role, "content": text.format(i=self.count, t=self.count % 5)})
+        response = self.http.post(self.base + "/messages", json={"messages": messages})
+        assert response.status_code == 200, response.text
+        assert response.json()["message_count"] == self.count
+
+    def flush(self) -> dict[str, Any]:
+        response = self.http.post(self.base + "/flush")
+        assert response.status_code == 200, response.text
+        assert response.json()["pending_jobs"] == 0
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        response = self.http.get(self.base)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def context(self, text: str = "next question?") -> dict[str, Any]:
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
+        response = self.http.post(self.base + "/context", json=body)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+
+@pytest.fixture
+def memory_for(api_key: str, session_id: str) -> Callable[[ServerThread], Memory]:
+    """The memory API of this test's session on a given gateway."""
+    return lambda gateway: Memory(gateway, api_key, session_id)

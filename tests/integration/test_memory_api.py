@@ -22,8 +22,8 @@ from gateway.store.keys import JOB_STREAM, SessionKeys
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
-from tests.integration.conftest import GatewayFactory, say, sdk
-from tests.integration.test_presets import Memory, ranges
+from tests.integration.conftest import GatewayFactory, Memory, say, sdk
+from tests.integration.test_presets import ranges
 from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration

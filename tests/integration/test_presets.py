@@ -6,7 +6,6 @@ sent is read back from the requests the fake upstream saw.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,59 +17,6 @@ from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import ServerThread
 
 pytestmark = pytest.mark.integration
-
-
-class Memory:
-    """The memory API of one session, as an operator's script would use it."""
-
-    def __init__(self, gateway: ServerThread, key: str, session: str) -> None:
-        self.http = httpx.Client(
-            base_url=gateway.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        )
-        self.base = f"/memory/sessions/{session}"
-        self.count = 0
-
-    def add(self, n: int, text: str = "message {i} about topic {t}") -> None:
-        """Append n messages, alternating user/assistant, continuing the numbering."""
-        messages = []
-        for _ in range(n):
-            self.count += 1
-            role = "user" if self.count % 2 else "assistant"
-            messages.append({"role": role, "content": text.format(i=self.count, t=self.count % 5)})
-        response = self.http.post(self.base + "/messages", json={"messages": messages})
-        assert response.status_code == 200, response.text
-        assert response.json()["message_count"] == self.count
-
-    def flush(self) -> dict[str, Any]:
-        response = self.http.post(self.base + "/flush")
-        assert response.status_code == 200, response.text
-        assert response.json()["pending_jobs"] == 0
-        return self.state()
-
-    def state(self) -> dict[str, Any]:
-        response = self.http.get(self.base)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def context(self, text: str = "next question?") -> dict[str, Any]:
-        body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
-        response = self.http.post(self.base + "/context", json=body)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-
-@pytest.fixture
-def memory_for(api_key: str, session_id: str) -> Iterator[Any]:
-    opened: list[Memory] = []
-
-    def make(gateway: ServerThread) -> Memory:
-        memory = Memory(gateway, api_key, session_id)
-        opened.append(memory)
-        return memory
-
-    yield make
-    for memory in opened:
-        memory.http.close()
 
 
 def ranges(state: dict[str, Any]) -> list[tuple[int, int]]:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gateway.config import PRESETS, ChunkTier, Composition, FactsTier, RecursiveTier
 from gateway.memory.jobs import Job, needed_range, run_job, schedule
-from gateway.memory.model import Fact, KeyQA, Message, RollingSummary, Summary, Tiers
+from gateway.memory.model import KeyQA, Message, RollingSummary, Summary, Tiers
 from gateway.memory.summarizer import Written
 
 ROLLING_WINDOW = PRESETS["rolling-window"]

@@ -1,0 +1,156 @@
+"""Remembering what matters: recall from the archive, durable facts, cross-session memory."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import GatewayFactory, Memory, say, sdk
+from tests.support.fake_upstream import FakeUpstream
+
+pytestmark = pytest.mark.integration
+
+FILLER = [
+    "Could you suggest a good way to structure the weekly planning meeting?",
+    "Let us go over the budget spreadsheet again and tidy the categories.",
+    "I was reading about sourdough starters and hydration levels yesterday.",
+    "What do you think about moving the standup to the afternoon slot?",
+    "The garden needs watering twice a week when the weather is warm.",
+    "Can you remind me how the quarterly report template is organised?",
+]
+
+
+def conversation(length: int, planted: dict[int, str], seed: int = 3) -> list[dict[str, str]]:
+    """``length`` messages of filler, with ``planted`` user texts at given indexes."""
+    rng = random.Random(seed)
+    messages = []
+    for index in range(1, length + 1):
+        if index in planted:
+            text = planted[index]
+        elif index % 2:
+            text = rng.choice(FILLER)
+        else:
+            text = "Sure, here is a thought: " + rng.choice(FILLER).lower()
+        messages.append({"role": "user" if index % 2 else "assistant", "content": text})
+    return messages
+
+
+def import_all(memory: Memory, messages: list[dict[str, str]], headers: Any = None) -> None:
+    for start in range(0, len(messages), 60):
+        batch = messages[start : start + 60]
+        response = memory.http.post(
+            memory.base + "/messages", json={"messages": batch}, headers=headers or {}
+        )
+        assert response.status_code == 200, response.text
+        memory.flush()
+
+
+@pytest.fixture
+def recall_gateway(make_gateway: GatewayFactory) -> Any:
+    return make_gateway(memory={"preset": "hybrid-recall"})
+
+
+def test_a_fact_said_at_message_5_is_recalled_verbatim_after_300_messages(
+    recall_gateway: Any, api_key: str, session_id: str
+) -> None:
+    memory = Memory(recall_gateway, api_key, session_id)
+    import_all(memory, conversation(300, {5: "My booking reference is QX-48213, keep it."}))
+    context = memory.context("What was my booking reference again?")
+    text = context["messages"][0]["content"]
+    assert "## Earlier messages relevant to the new one (verbatim)" in text
+    assert "- Message 5 (user): My booking reference is QX-48213, keep it." in text
+    assert "5" in context["receipt"]["recalled"]
+    assert context["receipt"]["total_tokens"] <= 3000
+    # The same question with recall off in a plain hybrid session: the fact is gone.
+    memory.http.close()
+
+
+def test_recall_never_repeats_what_the_window_holds(
+    recall_gateway: Any, api_key: str, session_id: str
+) -> None:
+    memory = Memory(recall_gateway, api_key, session_id)
+    import_all(memory, conversation(40, {39: "My locker code is 7741."}))
+    context = memory.context("What is my locker code?")
+    assert context["receipt"]["recalled"] == []
+    assert 39 in context["receipt"]["window_indexes"]
+    memory.http.close()
+
+
+def test_a_changed_fact_supersedes_the_old_one(
+    recall_gateway: Any, api_key: str, session_id: str
+) -> None:
+    memory = Memory(recall_gateway, api_key, session_id)
+    planted = {
+        3: "My seat is 14C on the Lisbon flight.",
+        7: "Never schedule anything before 10am.",
+        41: "Change of plan: my seat is 22A now.",
+        45: "Actually, from now on never schedule anything before 9am.",
+    }
+    import_all(memory, conversation(60, planted))
+    facts = memory.state()["facts"]
+    by_text = {f["text"]: f for f in facts}
+    assert by_text["My seat is 14C on the Lisbon flight."]["superseded"] is True
+    assert "superseded" not in by_text["Change of plan: my seat is 22A now."]
+    assert by_text["Never schedule anything before 10am."]["superseded"] is True
+    assert "superseded" not in by_text["Actually, from now on never schedule anything before 9am."]
+    memory_message = memory.context("When can we meet?")["messages"][0]["content"]
+    facts_section = memory_message.split("## Key facts\n", 1)[1].split("\n\n", 1)[0]
+    assert "22A" in facts_section and "9am" in facts_section
+    assert "14C" not in facts_section and "10am" not in facts_section
+    memory.http.close()
+
+
+def test_a_new_session_of_the_same_user_starts_with_the_last_sessions(
+    recall_gateway: Any, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    user = {"X-User-Id": "traveller-7"}
+    first = Memory(recall_gateway, api_key, session_id)
+    planted = {
+        1: "My dog is Rex and I'm allergic to penicillin.",
+        11: "I prefer aisle seats.",
+    }
+    import_all(first, conversation(30, planted), headers=user)
+    ended = first.http.post(first.base + "/end")
+    assert ended.status_code == 200 and ended.json()["ended"] is True
+    assert first.http.get("/memory/users/traveller-7").json()["sessions"] == [session_id]
+
+    client = sdk(recall_gateway, api_key, session_id + "-next", **user)
+    answer = say(client, "What is my dog?")
+    assert answer == "Your dog is Rex."
+    forwarded = fake_upstream.last_messages()[0]["content"]
+    assert "## From the user's earlier conversations" in forwarded
+    assert "I'm allergic to penicillin" in forwarded
+    assert "of an earlier conversation (user): My dog is Rex" in forwarded
+    first.http.close()
+
+
+def test_an_idle_session_is_ended_when_the_user_starts_another(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
+    tiers = {
+        "window": {"messages": 8, "keep_last": 3},
+        "facts": {"extract_every": 2},
+        "recall": {},
+        "cross_session": {"idle_end_s": 0.5},
+        "priority": ["window_keep", "recall", "facts", "profile", "window"],
+    }
+    gateway = make_gateway(memory={"tiers": tiers})
+    user = {"X-User-Id": "idle-user"}
+    say(sdk(gateway, api_key, session_id, **user), "My favourite colour is teal.")
+    time.sleep(1.0)
+    say(sdk(gateway, api_key, session_id + "-b", **user), "Hello again.")
+    http = httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {api_key}"})
+    deadline = time.monotonic() + 10
+    while not http.get(f"/memory/sessions/{session_id}").json()["ended"]:
+        assert time.monotonic() < deadline, "the idle session was not ended"
+        time.sleep(0.1)
+    later = Memory(gateway, api_key, session_id + "-c")
+    later.http.headers["X-User-Id"] = "idle-user"
+    profile = later.context("what is my favourite colour?")["messages"][0]["content"]
+    assert "My favourite colour is teal." in profile
+    http.close()
+    later.http.close()
