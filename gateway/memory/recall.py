@@ -8,9 +8,11 @@ request reads only the postings of its own query terms: its cost grows with how 
 those terms were said, not with the length of the archive.
 
 Postings are compact text, ``"<index>:<tf>:<length>,"`` per message, where ``length`` is
-the message's number of indexed terms (BM25 needs it). Stored offsets are relative to the
-first appended message (``"+<offset>:…"``) until the record script, which alone knows the
-final indexes, makes them absolute.
+the message's number of indexed terms (BM25 needs it). Offsets are relative to the first
+appended message (``"+<offset>:…"``) until the record script, which alone knows the final
+indexes, makes them absolute. The stored value is ``"<df>|<postings>"``: the script keeps
+the true document frequency, and only a common word's newest postings (see
+``redis_store.POSTINGS_CAP``), so a request's reads stay flat as the archive grows.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def _stem(token: str) -> str:
     """A light stemmer: plurals only, so "seats" finds "seat" but "14c" stays itself."""
     if len(token) > 4 and token.endswith("ies"):
         return token[:-3] + "y"
+    if len(token) > 4 and token.endswith("sses"):
+        return token[:-2]
     if len(token) > 3 and token.endswith("s") and not token.endswith("ss") and token.isalpha():
         return token[:-1]
     return token
@@ -76,11 +80,15 @@ class Hit:
     score: float
 
 
-def _postings(raw: str) -> Iterable[tuple[int, int, int]]:
-    for entry in raw.split(","):
+def _postings(raw: str) -> tuple[int, list[tuple[int, int, int]]]:
+    """A stored value: its document frequency and its (index, tf, length) entries."""
+    df, _, rest = raw.partition("|")
+    entries = []
+    for entry in rest.split(","):
         if entry:
             index, tf, length = entry.split(":")
-            yield int(index), int(tf), int(length)
+            entries.append((int(index), int(tf), int(length)))
+    return int(df), entries
 
 
 def rank(
@@ -104,10 +112,11 @@ def rank(
         raw = postings.get(term)
         if not raw:
             continue
-        entries = [e for e in _postings(raw) if e[0] not in exclude]
-        df = len(set(index for index, _, _ in _postings(raw)))
+        df, entries = _postings(raw)
         idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
         for index, tf, length in entries:
+            if index in exclude:
+                continue
             norm = tf + K1 * (1 - B + B * length / average)
             scores[index] = scores.get(index, 0.0) + idf * tf * (K1 + 1) / norm
     best = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]

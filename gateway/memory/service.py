@@ -223,6 +223,8 @@ class MemoryService:
             user_id=user_id,
             truncate_to=truncate_to,
             expected_count=expected_count,
+            # Only a composition that recalls pays for the index (Redis memory, CPU).
+            index=self.composition.recall is not None,
         )
         appended = tuple(replace(m, index=recorded.first + i) for i, m in enumerate(stamped))
         history = tuple(m for m in tail if m.index < recorded.first) + appended

@@ -58,7 +58,12 @@ class JobNotice:
 # step, so concurrent turns never interleave and a reader never sees half a turn. The
 # truncation only happens if the log still has the length the request saw: if another
 # turn landed meanwhile, the new answer is appended instead of deleting someone's turn.
-# Postings arrive with offsets ("+2:1:9,") that only this script can make absolute.
+# Postings arrive with offsets ("+2:1:9,") that only this script can make absolute. A
+# term's value is "<df>|<postings>": the true document frequency, and its newest postings
+# up to POSTINGS_CAP bytes. Only common words reach the cap, and a common word weighs
+# almost nothing in BM25; keeping it bounded keeps a request's reads flat as the archive
+# grows, while rare words (names, numbers: what recall is for) keep every posting.
+POSTINGS_CAP = 4096
 RECORD_SCRIPT = """
 local n = redis.call('LLEN', KEYS[2])
 local truncate_to = tonumber(ARGV[5])
@@ -74,11 +79,24 @@ if m > 0 then
   n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 10, 9 + m))
 end
 for i = 10 + m, #ARGV, 2 do
+  local added = 0
   local entry = string.gsub(ARGV[i + 1], '%+(%d+):', function(offset)
+    added = added + 1
     return tostring(first + tonumber(offset)) .. ':'
   end)
+  local df, postings = 0, ''
   local old = redis.call('HGET', KEYS[7], ARGV[i])
-  redis.call('HSET', KEYS[7], ARGV[i], (old or '') .. entry)
+  if old then
+    local count, rest = string.match(old, '^(%d+)|(.*)$')
+    df, postings = tonumber(count), rest
+  end
+  postings = postings .. entry
+  local cap = POSTINGS_CAP
+  if #postings > cap then
+    postings = string.sub(postings, #postings - cap + 1)
+    postings = string.sub(postings, string.find(postings, ',', 1, true) + 1)
+  end
+  redis.call('HSET', KEYS[7], ARGV[i], tostring(df + added) .. '|' .. postings)
 end
 local new_user = 0
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'user_id') ~= ARGV[4] then
@@ -96,7 +114,7 @@ for i = 1, #KEYS do
   redis.call('EXPIRE', KEYS[i], ttl)
 end
 return {first, n, turns, new_user}
-"""
+""".replace("POSTINGS_CAP", str(POSTINGS_CAP))
 
 # KEYS: meta, tiers, jobs.  ARGV: expected version, tiers JSON, job id, ttl_s.
 # Writes a job's result only if nobody wrote since the job read the tiers (versions never
@@ -320,9 +338,10 @@ class RedisStore:
         user_id: str | None,
         truncate_to: int | None = None,
         expected_count: int = 0,
+        index: bool = True,
     ) -> Recorded:
-        """Append messages atomically, numbering them; one round trip."""
-        postings = index_entries(messages)
+        """Append messages atomically, numbering them (and indexing them for recall)."""
+        postings = index_entries(messages) if index else {}
         args: list[Any] = [
             self.retention_s,
             repr(now),

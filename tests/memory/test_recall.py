@@ -1,0 +1,74 @@
+"""BM25 recall over the stored postings format (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.memory.model import Message
+from gateway.memory.recall import index_entries, indexed_length, rank, terms
+
+
+def stored(messages: list[str]) -> tuple[dict[str, str], int, int]:
+    """Postings as the record script stores them ("<df>|<absolute entries>")."""
+    built: dict[str, list[str]] = {}
+    objects = [Message("user", text, index=i + 1) for i, text in enumerate(messages)]
+    for term, entries in index_entries(objects).items():
+        absolute = []
+        for entry in entries.split(","):
+            if entry:
+                offset, tf, length = entry.lstrip("+").split(":")
+                absolute.append(f"{int(offset) + 1}:{tf}:{length},")
+        built[term] = [f"{len(absolute)}|" + "".join(absolute)]
+    return {t: v[0] for t, v in built.items()}, len(objects), indexed_length(objects)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("My seat is 14C!", ["seat", "14c"]),
+        ("The Seats, the seats", ["seat", "seat"]),
+        ("booking reference QX-48213", ["booking", "reference", "qx-48213"]),
+        ("I'm allergic to penicillin", ["allergic", "penicillin"]),
+        ("glasses and a glass", ["glass", "glass"]),
+        ("the cities", ["city"]),
+        ("", []),
+    ],
+)
+def test_terms(text: str, expected: list[str]) -> None:
+    assert terms(text) == expected
+
+
+def test_the_rare_word_wins_over_common_ones() -> None:
+    filler = ["we talked about the meeting plan"] * 30
+    messages = [*filler[:4], "my booking reference is QX-48213", *filler[4:]]
+    postings, documents, length = stored(messages)
+    query = "what was my booking reference for the meeting?"
+    hits = rank(query, {t: postings.get(t) for t in terms(query)}, documents=documents,
+                total_length=length)  # fmt: skip
+    assert hits[0].index == 5
+    assert hits[0].score > 2 * hits[1].score
+
+
+def test_excluded_indexes_and_limit() -> None:
+    postings, documents, length = stored(["alpha beta", "alpha gamma", "alpha delta", "zeta"])
+    query = "alpha"
+    found = {t: postings.get(t) for t in terms(query)}
+    assert [h.index for h in rank(query, found, documents=documents, total_length=length)] == [
+        3, 2, 1
+    ]  # fmt: skip
+    hits = rank(query, found, documents=documents, total_length=length, exclude=frozenset({3}))
+    assert [h.index for h in hits] == [2, 1]
+    assert len(rank(query, found, documents=documents, total_length=length, limit=1)) == 1
+
+
+def test_no_match_and_empty_archive() -> None:
+    postings, documents, length = stored(["alpha"])
+    assert rank("omega", {"omega": None}, documents=documents, total_length=length) == []
+    assert rank("alpha", postings, documents=0, total_length=0) == []
+
+
+def test_document_frequency_comes_from_the_stored_count_not_the_kept_postings() -> None:
+    # A common word whose old postings were trimmed still has its true, high df.
+    trimmed = {"meeting": "900|999:1:5,1000:1:5,", "invoice": "1|400:1:5,"}
+    hits = rank("meeting invoice", trimmed, documents=1000, total_length=5000)
+    assert hits[0].index == 400
