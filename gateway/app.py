@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from gateway.config import Settings
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
+from gateway.memory.recall import Embedder
 from gateway.memory.service import MemoryService
 from gateway.proxy.upstream import Upstream
 from gateway.routes.chat import ChatCompletions
@@ -62,6 +63,7 @@ def create_app(
     store: RedisStore,
     tokenizer: TokenCounter,
     runner: JobRunner,
+    embedder: Embedder | None = None,
     resources: AbstractAsyncContextManager[object] | None = None,
 ) -> Starlette:
     """The ASGI app.
@@ -73,13 +75,13 @@ def create_app(
     """
     tenants = Tenants(store, settings.server.tenant_secret)
     passthrough = Passthrough(upstream, settings.upstream.api_key)
-    memory = MemoryService(store, tokenizer, settings.memory)
+    memory = MemoryService(store, tokenizer, settings.memory, embedder)
     chat = ChatCompletions(
         settings, upstream=upstream, memory=memory, tenants=tenants, passthrough=passthrough
     )
     # The memory API is an operator's tool, not the request path: it uses the jobs'
     # store, whose deadline is seconds, not the proxy's 100 ms.
-    api_memory = MemoryService(runner.store, tokenizer, settings.memory)
+    api_memory = MemoryService(runner.store, tokenizer, settings.memory, embedder)
     memory_api = MemoryAPI(
         api_memory, runner, tenants, max_body_bytes=settings.server.max_body_bytes
     )

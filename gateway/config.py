@@ -140,6 +140,17 @@ class FactsTier(_Section):
     extract_every: int | None = Field(default=None, gt=0)
 
 
+class EmbeddingsConfig(_Section):
+    """Optional: rerank recall's lexical candidates by meaning, via ``/v1/embeddings``."""
+
+    model: str = "text-embedding-3-small"
+    base_url: str | None = None  # None: the upstream's base_url
+    api_key: str | None = None  # None: upstream.api_key; never a client's key
+    candidates: int = Field(default=20, gt=0)  # lexical candidates reranked
+    weight: float = Field(default=0.5, ge=0, le=1)  # share of the score from meaning
+    timeout_s: float = Field(default=2.0, gt=0)  # on the request path: then lexical only
+
+
 class RecallTier(_Section):
     """Verbatim messages from the archive that match the new user message (BM25)."""
 
@@ -147,6 +158,7 @@ class RecallTier(_Section):
     share: float = Field(default=0.3, gt=0, le=1)  # of budget_tokens, at most
     min_score: float = Field(default=1.5, ge=0)  # weaker matches are noise
     across_sessions: bool = True  # with X-User-Id: the user's last sessions too
+    embeddings: EmbeddingsConfig | None = None
 
 
 class CrossSessionTier(_Section):

@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.memory.summarizer import Summarizer
-from gateway.proxy.upstream import Upstream, UpstreamChatModel
+from gateway.proxy.upstream import Upstream, UpstreamChatModel, UpstreamEmbeddings
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
@@ -28,12 +28,17 @@ class Clients:
     chat_model: UpstreamChatModel
     summarizer: Summarizer
     tokenizer: TokenCounter
+    embedder: UpstreamEmbeddings | None = None
 
     def runner(self, settings: Settings) -> JobRunner:
         # A job makes at most four summarizer calls (chunk, merge, facts; or fold + pair).
         lease_ms = int((settings.summarizer.timeout_s * 4 + 10) * 1000)
         return JobRunner(
-            self.job_store, self.summarizer, settings.memory.composition, lease_ms=lease_ms
+            self.job_store,
+            self.summarizer,
+            settings.memory.composition,
+            lease_ms=lease_ms,
+            embedder=self.embedder,
         )
 
     def create_app(
@@ -45,6 +50,7 @@ class Clients:
             store=self.store,
             tokenizer=self.tokenizer,
             runner=self.runner(settings),
+            embedder=self.embedder,
             resources=resources,
         )
 
@@ -53,6 +59,8 @@ class Clients:
         await self.chat_model.aclose()
         await self.store.close()
         await self.job_store.close()
+        if self.embedder is not None:
+            await self.embedder.aclose()
 
 
 def build_clients(settings: Settings, redis_url: str) -> Clients:
@@ -69,7 +77,18 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
         timeout_s=summarizer_config.timeout_s,
         temperature=summarizer_config.temperature,
     )
+    recall = settings.memory.composition.recall
+    embeddings = recall.embeddings if recall is not None else None
+    embedder = None
+    if embeddings is not None:
+        embedder = UpstreamEmbeddings(
+            base_url=embeddings.base_url or settings.upstream.base_url,
+            api_key=embeddings.api_key or settings.upstream.api_key,
+            model=embeddings.model,
+            timeout_s=embeddings.timeout_s,
+        )
     return Clients(
+        embedder=embedder,
         upstream=Upstream(settings.upstream),
         store=RedisStore(
             create_client(

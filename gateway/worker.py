@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import Literal
 
 from gateway.config import Composition, WorkerConfig
-from gateway.memory import durable
+from gateway.memory import durable, recall
 from gateway.memory.jobs import Job, needed_range, run_job
 from gateway.memory.model import Message, Tiers
+from gateway.memory.recall import Embedder, EmbeddingsUnavailable
 from gateway.memory.summarizer import Summarizer
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import JobNotice, RedisStore, StoreUnavailable
@@ -46,6 +47,7 @@ class JobRunner:
         composition: Composition,
         clock: Callable[[], float] = time.time,
         lease_ms: int = 120_000,
+        embedder: Embedder | None = None,
     ) -> None:
         self.store = store
         self.summarizer = summarizer
@@ -54,6 +56,7 @@ class JobRunner:
         # Longer than a job can take (a few summarizer calls, each with its timeout):
         # a runner that dies holding it only delays the session's jobs this long.
         self.lease_ms = lease_ms
+        self.embedder = embedder
 
     async def run(self, keys: SessionKeys, job: Job) -> Outcome:
         """Run the job under the session's lease; wait while someone else holds it."""
@@ -61,6 +64,8 @@ class JobRunner:
             await self.end(keys)
             await self.store.finish_job(keys, job)
             return "written"
+        if job.kind == "embed":
+            return await self._embed(keys, job)
         holder = secrets.token_hex(8)
         deadline = time.monotonic() + self.lease_ms / 1000
         while not await self.store.take_lease(keys, holder, self.lease_ms):
@@ -95,6 +100,21 @@ class JobRunner:
             if result == -1:
                 return "gone"
         return "conflict"
+
+    async def _embed(self, keys: SessionKeys, job: Job) -> Outcome:
+        """Vectors of newly recorded messages, for recall's reranking."""
+        if self.embedder is not None:
+            messages = [m for m in await self.store.messages(keys, job.start, job.end) if m.text]
+            try:
+                vectors = await self.embedder.embed([m.text for m in messages])
+            except EmbeddingsUnavailable as error:
+                # Recall stays lexical for these messages: no retry storm on a dead model.
+                log.warning("embeddings not made for %s: %s", job.id, error)
+            else:
+                packed = {m.index: recall.pack(v) for m, v in zip(messages, vectors, strict=True)}
+                await self.store.save_vectors(keys, packed)
+        await self.store.finish_job(keys, job)
+        return "written"
 
     async def flush(self, keys: SessionKeys) -> int:
         """Run the session's pending jobs now, oldest first; how many ran."""

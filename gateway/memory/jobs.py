@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 # "end" is not scheduled by the policy: the service enqueues it for a user's sessions that
 # went idle, and the runner (not run_job) carries it out: see worker.JobRunner.end.
-JobKind = Literal["chunk", "recursive", "fold", "compress", "facts", "end"]
+# "embed" is carried out by the runner too (vectors are not part of the tiers document).
+JobKind = Literal["chunk", "recursive", "fold", "compress", "facts", "end", "embed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,8 @@ def schedule(
             jobs.append(Job("recursive", max(1, end - recursive.every + 1), end, n))
     if composition.rolling is not None:
         jobs += _rolling_jobs(composition, history, count_before, turns_before)
+    if composition.recall is not None and composition.recall.embeddings is not None:
+        jobs.append(Job("embed", count_before + 1, count_after, count_after))
     return jobs
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.memory.model import Message
 
@@ -74,6 +76,14 @@ def indexed_length(messages: Iterable[Message]) -> int:
     return sum(len(terms(m.text)) for m in messages)
 
 
+class EmbeddingsUnavailable(Exception):
+    """The embeddings model failed or did not answer in time: recall stays lexical."""
+
+
+class Embedder(Protocol):
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     index: int
@@ -121,3 +131,44 @@ def rank(
             scores[index] = scores.get(index, 0.0) + idf * tf * (K1 + 1) / norm
     best = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]
     return [Hit(index, round(score, 4)) for index, score in best]
+
+
+def pack(vector: Sequence[float]) -> bytes:
+    """A vector as Redis keeps it: little-endian float32."""
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def unpack(raw: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+def rerank(
+    hits: Sequence[Hit],
+    query: Sequence[float],
+    vectors: Mapping[int, Sequence[float]],
+    *,
+    weight: float,
+    limit: int,
+) -> list[Hit]:
+    """BM25's candidates reordered by meaning: ``weight`` of the score is the cosine.
+
+    Only candidates are compared (a plain Redis has no vector index, and scanning every
+    stored vector would make recall's cost grow with the archive). A candidate without a
+    vector (its embedding job has not run yet) keeps its lexical score alone.
+    """
+    if not hits:
+        return []
+    top = max(hit.score for hit in hits) or 1.0
+    scored = []
+    for hit in hits:
+        lexical = hit.score / top
+        vector = vectors.get(hit.index)
+        semantic = cosine(query, vector) if vector is not None else lexical
+        scored.append(Hit(hit.index, round((1 - weight) * lexical + weight * semantic, 4)))
+    return sorted(scored, key=lambda h: (-h.score, -h.index))[:limit]

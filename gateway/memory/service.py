@@ -6,11 +6,13 @@ else in ``memory/``; everything between the load and the record is pure.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gateway.config import Composition, MemoryConfig
+from gateway.config import Composition, EmbeddingsConfig, MemoryConfig
 from gateway.identity import Identity
 from gateway.memory import recall
 from gateway.memory.assemble import Context, Recalled, assemble, window_units
@@ -21,6 +23,8 @@ from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import RedisStore
 from gateway.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
 
 # A Lua script unpacks its arguments onto the stack; imports go in batches below that limit.
 IMPORT_BATCH = 500
@@ -49,11 +53,18 @@ def session_keys(identity: Identity) -> SessionKeys:
 
 
 class MemoryService:
-    def __init__(self, store: RedisStore, counter: TokenCounter, config: MemoryConfig) -> None:
+    def __init__(
+        self,
+        store: RedisStore,
+        counter: TokenCounter,
+        config: MemoryConfig,
+        embedder: recall.Embedder | None = None,
+    ) -> None:
         self.store = store
         self.counter = counter
         self.config = config
         self.composition: Composition = config.composition
+        self.embedder = embedder
 
     def _counted(
         self, messages: tuple[Message, ...], model: str, memo: dict[int, Message]
@@ -137,29 +148,52 @@ class MemoryService:
             m.index for unit in window_units(plan, state.tiers, self.composition) for m in unit
         }
         shown |= {m.index for m in plan.new if m.index}
-        found = [
-            (hit.score, keys, hit.index)
-            for hit in recall.rank(
-                query,
-                state.postings,
-                documents=state.indexed_docs,
-                total_length=state.indexed_length,
-                exclude=frozenset(shown),
-                limit=tier.hits,
-            )
-        ]
-        if user is not None and tier.across_sessions and state.history:
-            found += await self._recall_elsewhere(keys, state, query, tier.hits)
-        best = sorted((f for f in found if f[0] >= tier.min_score), key=lambda f: -f[0])
-        best = best[: tier.hits]
+        embeddings = tier.embeddings if self.embedder is not None else None
+        hits = recall.rank(
+            query,
+            state.postings,
+            documents=state.indexed_docs,
+            total_length=state.indexed_length,
+            exclude=frozenset(shown),
+            limit=embeddings.candidates if embeddings else tier.hits,
+        )
+        hits = [hit for hit in hits if hit.score >= tier.min_score]
+        if embeddings is not None and len(hits) > 1:
+            hits = await self._rerank(keys, query, hits, embeddings, tier.hits)
+        # This session's matches first; the user's earlier sessions fill what is left.
+        best = [(keys, hit.index) for hit in hits[: tier.hits]]
+        if user is not None and tier.across_sessions and state.history and len(best) < tier.hits:
+            others = await self._recall_elsewhere(keys, state, query, tier.hits)
+            strong = sorted((o for o in others if o[0] >= tier.min_score), key=lambda o: -o[0])
+            best += [(session, index) for _, session, index in strong][: tier.hits - len(best)]
         out: list[Recalled] = []
-        for session in dict.fromkeys(k for _, k, _ in best):
-            indexes = [index for _, k, index in best if k == session]
+        for session in dict.fromkeys(session for session, _ in best):
+            indexes = [index for k, index in best if k == session]
             for message in await self.store.messages_at(session, indexes):
                 label = None if session == keys else session.session_id
                 out.append(Recalled(self._counted((message,), model, {})[0], label))
-        order = {(k.session_id, index): n for n, (_, k, index) in enumerate(best)}
+        order = {(k.session_id, index): n for n, (k, index) in enumerate(best)}
         return sorted(out, key=lambda r: order[(r.session or keys.session_id, r.message.index)])
+
+    async def _rerank(
+        self,
+        keys: SessionKeys,
+        query: str,
+        hits: list[recall.Hit],
+        config: EmbeddingsConfig,
+        limit: int,
+    ) -> list[recall.Hit]:
+        """Lexical candidates reordered by meaning; on any failure, the lexical order."""
+        assert self.embedder is not None
+        try:
+            async with asyncio.timeout(config.timeout_s):
+                (vector,) = await self.embedder.embed([query])
+        except (recall.EmbeddingsUnavailable, TimeoutError) as error:
+            log.warning("recall stays lexical: %s", error)
+            return hits
+        stored = await self.store.vectors(keys, [hit.index for hit in hits])
+        vectors = {index: recall.unpack(raw) for index, raw in stored.items()}
+        return recall.rerank(hits, vector, vectors, weight=config.weight, limit=limit)
 
     async def _recall_elsewhere(
         self, keys: SessionKeys, state: SessionState, query: str, limit: int

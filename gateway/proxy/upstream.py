@@ -25,6 +25,7 @@ import httpx
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamTimeout, UpstreamUnreachable
+from gateway.memory.recall import EmbeddingsUnavailable
 from gateway.memory.summarizer import SummarizerUnavailable
 
 
@@ -165,14 +166,60 @@ class Upstream:
         await self.client.aclose()
 
 
-class UpstreamChatModel:
-    """The summarizer's model: one non-streaming chat completion per call (a ``ChatModel``).
+class _ModelClient:
+    """One JSON POST to an OpenAI-compatible model endpoint, bounded, never retried.
 
     Its own client, with the same rules as ``Upstream`` (no cookies kept, no redirect
-    followed, no retry): a summary is never worth replaying a billed request. The whole
-    call, body included, is bounded by ``timeout_s``; every failure is one exception,
-    ``SummarizerUnavailable``, on which the summarizer falls back.
+    followed, no retry): background model calls are never worth replaying a billed
+    request. The whole call, body included, is bounded by ``timeout_s``; every failure is
+    one exception (``error``), on which the caller falls back.
     """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        api_key: str | None,
+        timeout_s: float,
+        error: type[Exception],
+        what: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = url
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.error = error
+        self.what = what
+        self.client = httpx.AsyncClient(
+            transport=transport or httpx.AsyncHTTPTransport(retries=0),
+            # httpx's own limits (5 s by default) would cut a slow model short of timeout_s.
+            timeout=httpx.Timeout(timeout_s),
+            follow_redirects=False,
+            cookies=CookieJar(policy=_NoCookies()),
+        )
+
+    async def post(self, body: dict[str, Any]) -> Any:
+        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await self.client.post(self.url, json=body, headers=headers)
+        except TimeoutError:
+            raise self.error(f"{self.what} sent no answer within {self.timeout_s:g} s") from None
+        except httpx.HTTPError as error:
+            raise self.error(f"cannot reach the {self.what}: {type(error).__name__}") from None
+        if response.status_code != 200:
+            raise self.error(f"{self.what} answered {response.status_code}")
+        try:
+            return response.json()
+        except ValueError:
+            raise self.error(f"{self.what} sent a malformed body") from None
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class UpstreamChatModel:
+    """The summarizer's model: one non-streaming chat completion per call (a ``ChatModel``)."""
 
     def __init__(
         self,
@@ -184,18 +231,17 @@ class UpstreamChatModel:
         temperature: float,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.api_key = api_key
         self.model = model
-        self.timeout_s = timeout_s
         self.temperature = temperature
-        self.client = httpx.AsyncClient(
-            transport=transport or httpx.AsyncHTTPTransport(retries=0),
-            # httpx's own limits (5 s by default) would cut a slow model short of timeout_s.
-            timeout=httpx.Timeout(timeout_s),
-            follow_redirects=False,
-            cookies=CookieJar(policy=_NoCookies()),
+        self._http = _ModelClient(
+            url=base_url.rstrip("/") + "/chat/completions",
+            api_key=api_key,
+            timeout_s=timeout_s,
+            error=SummarizerUnavailable,
+            what="summarizer model",
+            transport=transport,
         )
+        self.client = self._http.client  # tests inspect the client's settings
 
     async def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> str:
         body = {
@@ -204,27 +250,51 @@ class UpstreamChatModel:
             "max_tokens": max_tokens,
             "temperature": self.temperature,
         }
-        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        data = await self._http.post(body)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                response = await self.client.post(self.url, json=body, headers=headers)
-        except TimeoutError:
-            raise SummarizerUnavailable(
-                f"summarizer model sent no answer within {self.timeout_s:g} s"
-            ) from None
-        except httpx.HTTPError as error:
-            raise SummarizerUnavailable(
-                f"cannot reach the summarizer model: {type(error).__name__}"
-            ) from None
-        if response.status_code != 200:
-            raise SummarizerUnavailable(f"summarizer model answered {response.status_code}")
-        try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
             raise SummarizerUnavailable("summarizer model sent a malformed body") from None
         if not isinstance(content, str):
             raise SummarizerUnavailable("summarizer model sent no text content")
         return content
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self._http.aclose()
+
+
+class UpstreamEmbeddings:
+    """Vectors for recall's reranking, from an OpenAI-compatible ``/embeddings``."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.model = model
+        self._http = _ModelClient(
+            url=base_url.rstrip("/") + "/embeddings",
+            api_key=api_key,
+            timeout_s=timeout_s,
+            error=EmbeddingsUnavailable,
+            what="embeddings model",
+            transport=transport,
+        )
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        data = await self._http.post({"model": self.model, "input": texts})
+        try:
+            rows = sorted(data["data"], key=lambda row: row["index"])
+            vectors = [[float(x) for x in row["embedding"]] for row in rows]
+        except (KeyError, TypeError, ValueError):
+            raise EmbeddingsUnavailable("embeddings model sent a malformed body") from None
+        if len(vectors) != len(texts):
+            raise EmbeddingsUnavailable("embeddings model sent a wrong number of vectors")
+        return vectors
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

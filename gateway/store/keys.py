@@ -12,7 +12,8 @@ would otherwise break the tag; the ids themselves are kept in the meta hash.
     mg:{t.s}:pins     HASH    pin id -> pin JSON
     mg:{t.s}:jobs     HASH    job id -> job JSON, while the job is pending
     mg:{t.s}:lease    STRING  the runner working on the session's jobs (expires)
-    mg:{t.s}:index    HASH    term -> postings "<index>:<tf>:<length>," (recall)
+    mg:{t.s}:index    HASH    term -> "<df>|<index>:<tf>:<length>,…" (recall's postings)
+    mg:{t.s}:vectors  HASH    message index -> float32 embedding (optional reranking)
     mg:{t.u}:sessions SET     session ids of one user
     mg:{t.u}:history  LIST    the user's last ended sessions: final summary and facts
     mg:{t.u}:profile  STRING  cross-session summary and facts built from the history
@@ -74,8 +75,15 @@ class SessionKeys:
     def index(self) -> str:
         return f"{PREFIX}:{self.tag}:index"
 
+    @property
+    def vectors(self) -> str:
+        return f"{PREFIX}:{self.tag}:vectors"
+
     def all(self) -> tuple[str, ...]:
-        return (self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.index)
+        return (
+            self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.index,
+            self.vectors,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -295,6 +295,19 @@ class RedisStore:
             out.append((posting, int(docs or 0), int(length or 0)))
         return out
 
+    async def save_vectors(self, keys: SessionKeys, vectors: dict[int, bytes]) -> None:
+        def build(pipe: Any) -> None:
+            pipe.hset(keys.vectors, mapping={str(i): v for i, v in vectors.items()})
+            pipe.expire(keys.vectors, self.retention_s)
+
+        await self._pipeline(build)
+
+    async def vectors(self, keys: SessionKeys, indexes: Sequence[int]) -> dict[int, bytes]:
+        raw: Any = await self._bounded(
+            lambda: self.client.hmget(keys.vectors, [str(i) for i in indexes])
+        )
+        return {i: v for i, v in zip(indexes, raw, strict=True) if v}
+
     async def user_history(self, user: UserKeys) -> list[dict[str, Any]]:
         raw = await self._bounded(lambda: self.client.lrange(user.history, 0, -1))
         return [json.loads(item) for item in raw]

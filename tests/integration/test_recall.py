@@ -154,3 +154,35 @@ def test_an_idle_session_is_ended_when_the_user_starts_another(
     assert "My favourite colour is teal." in profile
     http.close()
     later.http.close()
+
+
+def test_embeddings_rerank_lexical_candidates_by_meaning(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    tiers = {
+        "window": {"messages": 4, "keep_last": 2},
+        "recall": {
+            "hits": 1,
+            "min_score": 0.1,
+            "embeddings": {"model": "fake-embed", "weight": 0.8},
+        },
+        "priority": ["window_keep", "recall", "window"],
+    }
+    planted = {
+        5: "The bicycle is parked by the front door, it is parked there daily.",
+        9: "I parked my car on level 3 of the garage.",
+    }
+    messages = conversation(30, planted)
+    lexical = {**tiers, "recall": {"hits": 1, "min_score": 0.1}}
+    plain_gateway = make_gateway(memory={"tiers": lexical})
+    plain = Memory(plain_gateway, api_key, session_id)
+    import_all(plain, messages)
+    question = "Where is my automobile parked?"
+    assert plain.context(question)["receipt"]["recalled"] == ["5"]  # lexical: "parked" twice
+    # Gateways sharing a Redis share its job stream: they must share one configuration.
+    plain_gateway.stop()
+
+    semantic = Memory(make_gateway(memory={"tiers": tiers}), api_key, session_id + "-e")
+    import_all(semantic, messages)  # the flush runs the embedding jobs
+    assert semantic.context(question)["receipt"]["recalled"] == ["9"]  # car ~ automobile
+    assert any(r.path == "/v1/embeddings" for r in fake_upstream.requests)

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from gateway.memory.model import Message
-from gateway.memory.recall import index_entries, indexed_length, rank, terms
+from gateway.memory.recall import (
+    Hit,
+    cosine,
+    index_entries,
+    indexed_length,
+    pack,
+    rank,
+    rerank,
+    terms,
+    unpack,
+)
 
 
 def stored(messages: list[str]) -> tuple[dict[str, str], int, int]:
@@ -72,3 +82,23 @@ def test_document_frequency_comes_from_the_stored_count_not_the_kept_postings() 
     trimmed = {"meeting": "900|999:1:5,1000:1:5,", "invoice": "1|400:1:5,"}
     hits = rank("meeting invoice", trimmed, documents=1000, total_length=5000)
     assert hits[0].index == 400
+
+
+def test_vectors_round_trip_through_their_stored_form() -> None:
+    vector = [0.5, -1.25, 3.0]
+    assert unpack(pack(vector)) == vector
+    assert cosine([1.0, 0.0], [1.0, 0.0]) == 1.0
+    assert cosine([1.0, 0.0], [0.0, 1.0]) == 0.0
+    assert cosine([0.0, 0.0], [1.0, 0.0]) == 0.0
+
+
+def test_rerank_orders_candidates_by_meaning_and_keeps_unembedded_ones() -> None:
+    hits = [Hit(5, 4.0), Hit(9, 3.8), Hit(12, 2.0)]
+    query = [1.0, 0.0]
+    vectors = {5: [0.0, 1.0], 9: [1.0, 0.0]}  # 12 has no vector yet
+    reranked = rerank(hits, query, vectors, weight=0.5, limit=3)
+    assert reranked[0].index == 9  # the lexically weaker one means what was asked
+    assert {h.index for h in reranked} == {5, 9, 12}
+    lexical_only = rerank(hits, query, vectors, weight=0.0, limit=2)
+    assert [h.index for h in lexical_only] == [5, 9]
+    assert rerank([], query, vectors, weight=0.5, limit=2) == []

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.memory.recall import EmbeddingsUnavailable
 from gateway.memory.summarizer import SummarizerUnavailable
-from gateway.proxy.upstream import UpstreamChatModel
+from gateway.proxy.upstream import UpstreamChatModel, UpstreamEmbeddings
 
 Handler = Callable[[httpx.Request], httpx.Response | Awaitable[httpx.Response]]
 MESSAGES = [
@@ -165,3 +166,24 @@ async def test_a_transport_error_is_unavailable(error: httpx.HTTPError) -> None:
             await client.complete(MESSAGES, max_tokens=10)
     finally:
         await client.aclose()
+
+
+async def test_embeddings_client_orders_vectors_and_reports_failures() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body["input"] == ["bad"]:
+            return httpx.Response(200, json={"data": [{"index": 0}]})
+        if body["input"] == ["down"]:
+            return httpx.Response(503, json={})
+        rows = [{"index": i, "embedding": [float(i), 1.0]} for i in range(len(body["input"]))]
+        return httpx.Response(200, json={"data": list(reversed(rows))})
+
+    client = UpstreamEmbeddings(
+        base_url="http://model.test/v1", api_key=None, model="m", timeout_s=1,
+        transport=httpx.MockTransport(handler),
+    )  # fmt: skip
+    assert await client.embed(["a", "b"]) == [[0.0, 1.0], [1.0, 1.0]]
+    for text in ("bad", "down"):
+        with pytest.raises(EmbeddingsUnavailable):
+            await client.embed([text])
+    await client.aclose()

@@ -21,6 +21,7 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import re
@@ -62,6 +63,7 @@ class FakeUpstream:
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/embeddings", self.embeddings, methods=["POST"]),
                 Route("/v1/redirect", self.redirect, methods=["GET", "POST"]),
                 Route(
                     "/v1/echo/{rest:path}",
@@ -97,6 +99,15 @@ class FakeUpstream:
         return self._cookie(
             JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         )
+
+    async def embeddings(self, request: Request) -> Response:
+        """Bag-of-words vectors that know a few synonyms: similar meaning, close vectors."""
+        seen = await self._seen(request)
+        body = seen.json()
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [{"object": "embedding", "index": i, "embedding": fake_embedding(t)}
+                for i, t in enumerate(texts)]  # fmt: skip
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model")})
 
     async def redirect(self, request: Request) -> Response:
         await self._seen(request)
@@ -382,3 +393,25 @@ def summarizer_reply(messages: list[dict[str, Any]], model: str) -> str:
     else:
         lines = ["User said: " + line for line in _user_lines(prompt)]
     return "\n".join(_newest_within(lines, max_words)) or "User said nothing of note."
+
+
+_SYNONYMS = {"automobile": "car", "vehicle": "car", "auto": "car", "bike": "bicycle",
+             "puppy": "dog", "hound": "dog"}  # fmt: skip
+
+
+_FUNCTION_WORD_TEXT = (
+    "a an the is are was of on in at by to it i my me you your where there what which this "
+    "that and or for from with"
+)
+_FUNCTION_WORDS = frozenset(_FUNCTION_WORD_TEXT.split())
+
+
+def fake_embedding(text: str, dims: int = 64) -> list[float]:
+    """A deterministic embedding: hashed words, synonyms folded together."""
+    vector = [0.0] * dims
+    for word in re.findall(r"[a-z]+", text.lower()):
+        word = _SYNONYMS.get(word, word)
+        if word in _FUNCTION_WORDS:
+            continue  # they carry no meaning here
+        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % dims] += 1.0
+    return vector
