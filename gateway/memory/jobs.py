@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from gateway.config import Composition
 from gateway.memory import durable
@@ -137,6 +137,17 @@ def needed_range(job: Job, tiers: Tiers) -> tuple[int, int]:
     return job.start, job.end
 
 
+class _Work(NamedTuple):
+    """What a job's handler works with (the arguments of ``run_job``)."""
+
+    job: Job
+    composition: Composition
+    tiers: Tiers
+    messages: Sequence[Message]
+    summarizer: Summarizer
+    now: float
+
+
 async def run_job(
     job: Job,
     composition: Composition,
@@ -147,23 +158,13 @@ async def run_job(
     now: float,
 ) -> Tiers | None:
     """The tiers after this job, or None when the tiers already hold its effect."""
-    if job.kind == "chunk":
-        return await _chunk(job, composition, tiers, messages, summarizer, now)
-    if job.kind == "recursive":
-        return await _recursive(job, composition, tiers, messages, summarizer, now)
-    if job.kind == "facts":
-        return await _facts(job, composition, tiers, messages, summarizer)
-    return await _rolling(job, composition, tiers, messages, summarizer, now)
+    work = _Work(job, composition, tiers, messages, summarizer, now)
+    handlers = {"chunk": _chunk, "recursive": _recursive, "facts": _facts}
+    return await handlers.get(job.kind, _rolling)(work)
 
 
-async def _chunk(
-    job: Job,
-    composition: Composition,
-    tiers: Tiers,
-    messages: Sequence[Message],
-    summarizer: Summarizer,
-    now: float,
-) -> Tiers | None:
+async def _chunk(work: _Work) -> Tiers | None:
+    job, composition, tiers, messages, summarizer, now = work
     chunks = composition.chunks
     assert chunks is not None
     if any(s.start == job.start and s.end == job.end for s in tiers.summaries):
@@ -207,13 +208,8 @@ async def _extracted(
     return durable.merge(facts, new, keep)
 
 
-async def _facts(
-    job: Job,
-    composition: Composition,
-    tiers: Tiers,
-    messages: Sequence[Message],
-    summarizer: Summarizer,
-) -> Tiers | None:
+async def _facts(work: _Work) -> Tiers | None:
+    job, composition, tiers, messages, summarizer, _ = work
     """Durable facts from the user's recent messages; a newer fact supersedes an older."""
     if tiers.facts_end >= job.end:
         return None
@@ -222,14 +218,8 @@ async def _facts(
     return replace(tiers, version=tiers.version + 1, facts=facts or tiers.facts, facts_end=job.end)
 
 
-async def _recursive(
-    job: Job,
-    composition: Composition,
-    tiers: Tiers,
-    messages: Sequence[Message],
-    summarizer: Summarizer,
-    now: float,
-) -> Tiers | None:
+async def _recursive(work: _Work) -> Tiers | None:
+    job, composition, tiers, messages, summarizer, now = work
     recursive = composition.recursive
     assert recursive is not None
     previous = tiers.rolling
@@ -254,14 +244,8 @@ async def _recursive(
     return replace(tiers, version=tiers.version + 1, rolling=rolling)
 
 
-async def _rolling(
-    job: Job,
-    composition: Composition,
-    tiers: Tiers,
-    messages: Sequence[Message],
-    summarizer: Summarizer,
-    now: float,
-) -> Tiers | None:
+async def _rolling(work: _Work) -> Tiers | None:
+    job, composition, tiers, messages, summarizer, now = work
     rolling = composition.rolling
     assert rolling is not None
     previous = tiers.rolling
