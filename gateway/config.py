@@ -255,7 +255,8 @@ PRESETS: dict[str, Composition] = {
 
 
 class MemoryConfig(_Section):
-    preset: PresetName = "hybrid"
+    # The composition that wins bench/recall.py at the default budget (see the README).
+    preset: PresetName = "hybrid-recall"
     budget_tokens: int = Field(default=3000, gt=0)
     # A custom composition replaces the preset's tiers entirely.
     tiers: Composition | None = None

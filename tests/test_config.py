@@ -34,10 +34,11 @@ def test_defaults() -> None:
     assert settings.upstream.timeouts.first_byte_s == 120.0
     assert settings.redis.url == "embedded"
     assert settings.redis.on_failure == "open"
-    assert settings.memory.preset == "hybrid"
+    assert settings.memory.preset == "hybrid-recall"
     assert settings.memory.budget_tokens == 3000
-    assert settings.memory.composition == PRESETS["hybrid"]
+    assert settings.memory.composition == PRESETS["hybrid-recall"]
     assert settings.memory.composition.window.messages == 8
+    assert settings.memory.composition.recall is not None
     assert settings.summarizer.model == "gpt-4o-mini"
 
 
