@@ -30,11 +30,13 @@ from gateway.memory.service import MemoryService, session_keys
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.tokens import TokenCounter
 
-WORDS = (
+_VOCABULARY = (
     "plan meeting budget report garden sourdough flight hotel schedule invoice review "
     "design release backlog ticket kitchen recipe weekend project deadline travel "
     "museum train station coffee dentist doctor insurance contract lease"
-).split()
+)
+# A small vocabulary on purpose: every query word is common, the worst case for postings.
+WORDS = _VOCABULARY.split()
 
 
 def free_port() -> int:
@@ -101,10 +103,10 @@ async def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     port, data = free_port(), tempfile.mkdtemp(prefix="mg-bench-")
-    server = subprocess.Popen(
-        [redis_binary(), "--port", str(port), "--save", "", "--appendonly", "no", "--dir", data],
+    server = await asyncio.create_subprocess_exec(
+        redis_binary(), "--port", str(port), "--save", "", "--appendonly", "no", "--dir", data,
         stdout=subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     try:
         await asyncio.sleep(0.3)
         url = f"redis://127.0.0.1:{port}/0"
@@ -115,13 +117,14 @@ async def main() -> None:
                              **await measure(url, size, args.queries, preset)})  # fmt: skip
     finally:
         server.terminate()
-        server.wait()
+        await server.wait()
         shutil.rmtree(data, ignore_errors=True)
     header = f"{'preset':<14}{'messages':>9}{'p50 ms':>9}{'p95 ms':>9}{'postings read B':>17}"
     print(header + f"{'index B':>11}{'log B':>11}")
     for r in rows:
-        print(f"{r['preset']:<14}{r['messages']:>9}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}"
-              f"{r['postings_read_bytes']:>17.0f}{r['index_bytes']:>11.0f}{r['log_bytes']:>11.0f}")  # fmt: skip
+        timing = f"{r['preset']:<14}{r['messages']:>9}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}"
+        sizes = f"{r['postings_read_bytes']:>17.0f}{r['index_bytes']:>11.0f}{r['log_bytes']:>11.0f}"
+        print(timing + sizes)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -1,0 +1,1 @@
+"""Benchmarks that print tables (not timed tests): ``python bench/recall.py --help``."""

@@ -1,0 +1,664 @@
+"""Recall benchmark: do planted facts survive into what the gateway forwards?
+
+Generates long seeded conversations with facts planted at several depths, imports them
+into a real gateway per memory preset (``memory-gateway serve`` as a subprocess, embedded
+Redis), and for every fact asks ``POST /memory/sessions/{sid}/context`` what would be
+forwarded for its probe question. Two baselines are computed in-process from the same
+conversations: the full history, and a plain sliding window of the same token budget.
+With ``--upstream`` a real model also answers the probes and its answers are scored.
+
+    .venv/bin/python bench/recall.py --quick
+    .venv/bin/python bench/recall.py --summarizer-url http://127.0.0.1:18600/v1
+    .venv/bin/python bench/recall.py --upstream http://127.0.0.1:18600/v1 --model smollm2
+
+Loopback only: the gateway, its summarizer relay and the optional model servers are the
+only things contacted. See bench/README.md for what each column means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+# Benchmark the working tree, as the gateway subprocess does (it runs with cwd=ROOT),
+# even when the venv holds a non-editable install of an older copy.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.conversations import (  # noqa: E402
+    BUCKETS,
+    DEFAULT_DEPTHS,
+    KINDS,
+    Conversation,
+    Fact,
+    generate_all,
+    mentions,
+)
+from gateway.config import PRESETS  # noqa: E402
+from gateway.memory.model import Message  # noqa: E402
+from gateway.tokens import TokenCounter  # noqa: E402
+
+FULL_HISTORY = "full history"
+SLIDING_WINDOW = "sliding window"
+API_KEY = "bench-key"  # names the tenant; forwarded upstream by the gateway
+# Sent with every probe, to the gateway and to the baselines alike.
+PROBE_SYSTEM = (
+    "You are a helpful assistant. Answer the user's question in one short sentence, "
+    "using what they told you earlier in the conversation."
+)
+
+# --- Results ---------------------------------------------------------------------------
+
+
+@dataclass
+class ProbeResult:
+    """One probe of one row: was the fact forwarded, at what size, and the answer."""
+
+    conversation: str
+    kind: str
+    bucket: str
+    index: int
+    expected: str
+    present: bool
+    stale: bool  # constraints: only the old value was forwarded
+    tokens: int
+    answer: str | None = None
+    correct: bool | None = None
+    error: str | None = None  # why the model gave no answer
+
+
+@dataclass
+class Row:
+    """All probes of one preset or baseline, with its summarizer call count."""
+
+    name: str
+    probes: list[ProbeResult] = field(default_factory=list)
+    llm_calls: int = 0
+    turns: int = 0
+    calls_by_kind: dict[str, int] = field(default_factory=dict)
+    calls_failed: int = 0  # the summarizer model answered with an error, or not at all
+    summaries: int = 0  # summaries stored at the end (chunk summaries, evolving summary)
+    fallbacks: int = 0  # of which made without the model
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The row's numbers, as printed and as written to --json."""
+        tokens = [p.tokens for p in self.probes]
+        answered = [p for p in self.probes if p.correct is not None]
+        return {
+            "name": self.name,
+            "probes": len(self.probes),
+            "present": _share(self.probes),
+            "present_by_bucket": {b: _share(self._where("bucket", b)) for b in BUCKETS},
+            "present_by_kind": {k: _share(self._where("kind", k)) for k in KINDS},
+            "stale_constraints": sum(p.stale for p in self.probes),
+            "mean_tokens": sum(tokens) / len(tokens) if tokens else 0.0,
+            "p95_tokens": percentile(tokens, 95),
+            "llm_calls": self.llm_calls,
+            "turns": self.turns,
+            "llm_calls_per_turn": self.llm_calls / self.turns if self.turns else 0.0,
+            "calls_by_kind": self.calls_by_kind,
+            "calls_failed": self.calls_failed,
+            "summaries": self.summaries,
+            "fallback_summaries": self.fallbacks,
+            "fallback_share": self.fallbacks / self.summaries if self.summaries else None,
+            "answer_accuracy": (
+                sum(bool(p.correct) for p in answered) / len(answered) if answered else None
+            ),
+            "answer_failures": sum(1 for p in answered if p.error is not None),
+            "seconds": round(self.seconds, 1),
+        }
+
+    def _where(self, attribute: str, value: str) -> list[ProbeResult]:
+        return [p for p in self.probes if getattr(p, attribute) == value]
+
+
+def _share(probes: Sequence[ProbeResult]) -> float | None:
+    return sum(p.present for p in probes) / len(probes) if probes else None
+
+
+def percentile(values: Sequence[int], q: float) -> int:
+    """Nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def probe_messages(fact: Fact) -> list[dict[str, str]]:
+    """What the client sends to ask a probe: the same for the gateway and the baselines."""
+    return [{"role": "system", "content": PROBE_SYSTEM}, {"role": "user", "content": fact.probe}]
+
+
+def score_context(
+    fact: Fact, forwarded: Sequence[dict[str, Any]], tokens: int, conversation: str
+) -> ProbeResult:
+    """Present: the value is in what was forwarded, not counting the probe itself."""
+    own = {(m["role"], m["content"]) for m in probe_messages(fact)}
+    text = "\n".join(
+        str(m.get("content") or "") for m in forwarded if (m["role"], m.get("content")) not in own
+    )
+    present = mentions(text, fact.expected)
+    stale = bool(fact.old) and not present and mentions(text, fact.old)
+    return ProbeResult(
+        conversation, fact.kind, fact.bucket, fact.index, fact.expected, present, stale, tokens
+    )
+
+
+# --- Baselines (in-process) ------------------------------------------------------------
+
+
+def full_history(
+    conversation: Conversation, fact: Fact, counter: TokenCounter, model: str
+) -> tuple[list[dict[str, str]], int]:
+    """Every message, then the probe."""
+    probe = probe_messages(fact)
+    messages = [probe[0], *conversation.messages, probe[1]]
+    return messages, counter.count_prompt([Message.from_openai(m) for m in messages], model)
+
+
+def sliding_window(
+    conversation: Conversation, fact: Fact, counter: TokenCounter, model: str, budget: int
+) -> tuple[list[dict[str, str]], int]:
+    """The newest messages that fit the budget together with the probe, then the probe."""
+    probe = probe_messages(fact)
+    total = counter.count_prompt([Message.from_openai(m) for m in probe], model)
+    kept: list[dict[str, str]] = []
+    for message in reversed(conversation.messages):
+        tokens = counter.count_message(Message.from_openai(message), model)
+        if total + tokens > budget:
+            break
+        kept.insert(0, message)
+        total += tokens
+    return [probe[0], *kept, probe[1]], total
+
+
+def run_baselines(
+    conversations: Sequence[Conversation], args: argparse.Namespace, ask: Asker | None
+) -> list[Row]:
+    """The two baselines' rows; their answers come straight from the upstream."""
+    counter = TokenCounter()
+    rows = []
+    builders: dict[str, Callable[[Conversation, Fact], tuple[list[dict[str, str]], int]]] = {
+        FULL_HISTORY: lambda c, f: full_history(c, f, counter, args.model),
+        SLIDING_WINDOW: lambda c, f: sliding_window(c, f, counter, args.model, args.budget),
+    }
+    for name, build in builders.items():
+        started = time.monotonic()
+        row = Row(name, turns=sum(len(c.messages) // 2 for c in conversations))
+        for conversation in conversations:
+            for fact in conversation.facts:
+                messages, tokens = build(conversation, fact)
+                result = score_context(fact, messages, tokens, conversation.id)
+                if ask is not None:
+                    _score_answer(result, fact, ask.direct(messages))
+                row.probes.append(result)
+        row.seconds = time.monotonic() - started
+        rows.append(row)
+        log(f"{name}: done in {row.seconds:.1f} s")
+    return rows
+
+
+# --- The counting relay in front of the summarizer --------------------------------------
+
+
+class CountingRelay:
+    """Counts the gateway's summarizer calls; forwards them to a real model, or says 503.
+
+    Runs in a thread of this process so that the count is exact and needs no log parsing.
+    Without a target the 503 makes the gateway write its model-free fallback summaries;
+    those calls are still counted, because they are what the preset would pay.
+    """
+
+    MARKER = re.compile(rb"\[memory-gateway:([a-z-]+)\]")
+
+    def __init__(self, target: str | None, timeout_s: float) -> None:
+        self.target = target.rstrip("/") + "/chat/completions" if target else None
+        self.client = httpx.Client(timeout=timeout_s) if target else None
+        self.lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.failed = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def reset(self) -> tuple[Counter[str], int]:
+        """The calls counted so far by prompt kind, and how many failed; starts a new count."""
+        with self.lock:
+            calls, failed, self.calls, self.failed = self.calls, self.failed, Counter(), 0
+        return calls, failed
+
+    def forward(self, body: bytes) -> tuple[int, bytes]:
+        """Count one call and answer it: the target's answer, or 503."""
+        match = self.MARKER.search(body)
+        with self.lock:
+            self.calls[match.group(1).decode() if match else "other"] += 1
+        status, answer = self._ask_target(body)
+        if status != 200:
+            with self.lock:
+                self.failed += 1
+        return status, answer
+
+    def _ask_target(self, body: bytes) -> tuple[int, bytes]:
+        if self.client is None or self.target is None:
+            return 503, b'{"error": {"message": "no summarizer model in this benchmark run"}}'
+        try:
+            response = self.client.post(
+                self.target, content=body, headers={"content-type": "application/json"}
+            )
+        except httpx.HTTPError as error:
+            return 502, json.dumps({"error": {"message": str(error)}}).encode()
+        return response.status_code, response.content
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        relay = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if not self.path.endswith("/chat/completions"):
+                    status, answer = 404, b'{"error": {"message": "not found"}}'
+                else:
+                    status, answer = relay.forward(body)
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # one line per summarizer call would drown the progress output
+
+        return Handler
+
+    def __enter__(self) -> CountingRelay:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        if self.client is not None:
+            self.client.close()
+
+
+# --- The gateway under test ------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def gateway(preset: str, args: argparse.Namespace, summarizer_url: str) -> Iterator[str]:
+    """A ``memory-gateway serve`` subprocess with its own embedded Redis; its base URL."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"recall-{preset}-"))
+    port = free_port()
+    settings = {
+        "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
+        # Nothing listens on the discard port: without --upstream no probe is answered.
+        "upstream": {"base_url": args.upstream or "http://127.0.0.1:9/v1"},
+        "redis": {"url": "embedded", "data_dir": str(workdir / "redis")},
+        "memory": {"preset": preset, "budget_tokens": args.budget},
+        "summarizer": {
+            "base_url": summarizer_url,
+            "model": args.summarizer_model,
+            "timeout_s": args.summarizer_timeout,
+        },
+        # Only the flushes run jobs, in order. The in-process worker would race them, and
+        # who gets a job first changes how many calls a preset makes (a job whose effect
+        # is already there costs nothing): identical runs would count differently.
+        "worker": {"in_process": False},
+    }
+    config = workdir / "gateway.yaml"
+    config.write_text(json.dumps(settings, indent=2))  # JSON is YAML
+    logfile = (workdir / "gateway.log").open("wb")
+    command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+    process = subprocess.Popen(
+        [*command, "--port", str(port)], cwd=ROOT, stdout=logfile, stderr=subprocess.STDOUT
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(base, process, workdir / "gateway.log")
+        yield base
+    finally:
+        _stop(process)
+        logfile.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_healthy(base: str, process: subprocess.Popen[bytes], logfile: Path) -> None:
+    """Poll /healthz until Redis is reachable; fail with the gateway's log if it died."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gateway exited:\n{logfile.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/healthz", timeout=2).json().get("status") == "ok":
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"gateway not healthy after 60 s:\n{logfile.read_text()[-3000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, the gateway's normal stop (it stops its embedded Redis too); then kill."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def load_conversation(client: httpx.Client, conversation: Conversation, batch: int) -> None:
+    """Import the conversation in batches, running the summarizer jobs after each batch.
+
+    Flushing per batch paces the import like a live chat, where the worker summarizes
+    while the conversation goes on, instead of leaving every job as one backlog; it also
+    bounds each flush request to a batch's worth of summarizer calls (minutes, not an
+    hour, with a slow local model).
+    """
+    path = f"/memory/sessions/{conversation.id}"
+    messages = list(conversation.messages)
+    for start in range(0, len(messages), batch):
+        _post(client, f"{path}/messages", {"messages": messages[start : start + batch]})
+        _post(client, f"{path}/flush", {})
+    # Belt and braces: a flush that gave up waiting for a job's lease leaves it pending;
+    # flush until none is, so every row is measured on finished summaries.
+    for _ in range(20):
+        if _post(client, f"{path}/flush", {})["pending_jobs"] == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{conversation.id}: summarizer jobs still pending")
+
+
+def count_summaries(client: httpx.Client, session: str) -> tuple[int, int]:
+    """Summaries the session holds, and how many of them the model did not write."""
+    response = client.get(f"/memory/sessions/{session}")
+    response.raise_for_status()
+    state = response.json()
+    items = [*state["summaries"], *([state["rolling_summary"]] if state["rolling_summary"] else [])]
+    return len(items), sum(1 for item in items if item.get("fallback"))
+
+
+def _post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(path, json=body)
+    response.raise_for_status()
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def run_preset(
+    preset: str,
+    conversations: Sequence[Conversation],
+    args: argparse.Namespace,
+    relay: CountingRelay,
+    ask: Asker | None,
+) -> Row:
+    """Start a gateway with the preset, load every conversation, probe every fact."""
+    started = time.monotonic()
+    relay.reset()
+    row = Row(preset)
+    with (
+        gateway(preset, args, relay.url) as base,
+        httpx.Client(
+            base_url=base,
+            headers={"authorization": f"Bearer {API_KEY}"},
+            # A flush waits for the summarizer: minutes with a slow local model.
+            timeout=httpx.Timeout(30, read=args.summarizer_timeout * 200),
+        ) as client,
+    ):
+        for number, conversation in enumerate(conversations, 1):
+            load_conversation(client, conversation, args.batch)
+            row.turns += len(conversation.messages) // 2
+            made, fallbacks = count_summaries(client, conversation.id)
+            row.summaries += made
+            row.fallbacks += fallbacks
+            for fact in conversation.facts:
+                body = {"model": args.model, "messages": probe_messages(fact)}
+                context = _post(client, f"/memory/sessions/{conversation.id}/context", body)
+                tokens = int(context["receipt"]["total_tokens"])
+                result = score_context(fact, context["messages"], tokens, conversation.id)
+                if ask is not None:
+                    _score_answer(result, fact, ask.through_gateway(client, conversation.id, fact))
+                row.probes.append(result)
+            log(f"{preset}: conversation {number}/{len(conversations)} done")
+    calls, row.calls_failed = relay.reset()
+    row.calls_by_kind = dict(calls)
+    row.llm_calls = sum(calls.values())
+    row.seconds = time.monotonic() - started
+    log(
+        f"{preset}: {row.llm_calls} summarizer calls ({row.calls_failed} failed), "
+        f"{row.fallbacks} of {row.summaries} stored summaries are fallbacks, {row.seconds:.0f} s"
+    )
+    return row
+
+
+# --- Asking a real model ---------------------------------------------------------------
+
+
+Answer = tuple[str | None, str | None]  # (the answer's text, or why there is none)
+
+
+class Asker:
+    """Asks the probes of a real model: through the gateway, or directly (baselines)."""
+
+    def __init__(self, upstream: str, model: str, max_tokens: int) -> None:
+        self.url = upstream.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.max_tokens = max_tokens
+        self.client = httpx.Client(timeout=300, headers={"authorization": f"Bearer {API_KEY}"})
+
+    def _body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+
+    def direct(self, messages: list[dict[str, str]]) -> Answer:
+        """The model's answer to exactly these messages."""
+        return _answer(lambda: self.client.post(self.url, json=self._body(messages)))
+
+    def through_gateway(self, client: httpx.Client, session: str, fact: Fact) -> Answer:
+        """The answer via the gateway's proxy, memory injected, nothing recorded."""
+        headers = {"x-session-id": session, "x-memory-mode": "read"}
+        body = self._body(probe_messages(fact))
+        return _answer(lambda: client.post("/v1/chat/completions", json=body, headers=headers))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _answer(send: Callable[[], httpx.Response]) -> Answer:
+    """The text of a chat completion, or why the call failed (a context too long, say)."""
+    try:
+        response = send()
+    except httpx.HTTPError as error:
+        return None, f"{type(error).__name__}: {error}"
+    if response.status_code != 200:
+        return None, f"{response.status_code}: {response.text[:300]}"
+    try:
+        content = response.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None, f"malformed body: {response.text[:300]}"
+    return (content, None) if isinstance(content, str) else (None, "no text content")
+
+
+def _score_answer(result: ProbeResult, fact: Fact, answer: Answer) -> None:
+    """A failed call counts as a wrong answer: the user would have got nothing."""
+    result.answer, result.error = answer
+    result.correct = result.answer is not None and mentions(result.answer, fact.expected)
+
+
+# --- Output ----------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def format_table(summaries: Sequence[dict[str, Any]], with_answers: bool) -> str:
+    """One line per row: recall overall, by depth and kind; size; cost; answers."""
+    header = ["", "present", *BUCKETS, "number", "name", "date", "pref", "constr",
+              "mean tok", "p95 tok", "calls/turn", "fallback"]  # fmt: skip
+    if with_answers:
+        header += ["answers", "failed"]
+    lines = [header]
+    for s in summaries:
+        line = [s["name"], _pct(s["present"])]
+        line += [_pct(s["present_by_bucket"][b]) for b in BUCKETS]
+        line += [_pct(s["present_by_kind"][k]) for k in KINDS]
+        line += [f"{s['mean_tokens']:.0f}", str(s["p95_tokens"]), f"{s['llm_calls_per_turn']:.2f}"]
+        line.append(_pct(s["fallback_share"]))
+        if with_answers:
+            line += [_pct(s["answer_accuracy"]), str(s["answer_failures"])]
+        lines.append(line)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for n, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
+        ]
+        out.append("  ".join(cells))
+        if n == 0:
+            out.append("-" * len(out[0]))
+    return "\n".join(out)
+
+
+def describe_run(args: argparse.Namespace, conversations: Sequence[Conversation]) -> str:
+    """The line above the table: what was measured."""
+    probes = sum(len(c.facts) for c in conversations)
+    summarizer = args.summarizer_url or "none (503: model-free fallback summaries)"
+    text = (
+        f"recall: {len(conversations)} conversation(s) x {args.length} messages, "
+        f"{probes} {'paraphrased ' if args.paraphrased else ''}probes, "
+        f"budget {args.budget} tokens, seed {args.seed}, "
+        f"summarizer {summarizer}"
+    )
+    if args.upstream:
+        text += f", answers by {args.model} at {args.upstream}"
+    return text
+
+
+def log(text: str) -> None:
+    """Progress goes to stderr; stdout holds only the table."""
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- Command line ----------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The benchmark's options; --quick overrides the size ones."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", type=int, default=3)
+    parser.add_argument("--length", type=int, default=320, help="messages per conversation")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--depths",
+        default=",".join(str(d) for d in DEFAULT_DEPTHS),
+        help="where facts are planted, as fractions of --length (at most 6)",
+    )
+    parser.add_argument(
+        "--paraphrased",
+        action="store_true",
+        help="ask each probe in other words than the fact was stated in",
+    )
+    parser.add_argument("--presets", help="comma-separated (default: every preset)")
+    parser.add_argument("--budget", type=int, default=3000, help="memory.budget_tokens")
+    parser.add_argument("--batch", type=int, default=40, help="messages imported per flush")
+    parser.add_argument("--summarizer-url", help="OpenAI-compatible server for summaries")
+    parser.add_argument("--summarizer-model", default="summarizer")
+    parser.add_argument("--summarizer-timeout", type=float, default=60)
+    parser.add_argument("--upstream", help="OpenAI-compatible server that answers the probes")
+    parser.add_argument("--model", default="gpt-4o-mini", help="model named in probe requests")
+    parser.add_argument("--max-tokens", type=int, default=64, help="answer length")
+    parser.add_argument("--json", type=Path, help="write every number here")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 conversation of 120")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.conversations, args.length = 1, 120
+    args.depths = [float(d) for d in args.depths.split(",")]
+    args.presets = args.presets.split(",") if args.presets else list(PRESETS)
+    if unknown := [p for p in args.presets if p not in PRESETS]:
+        parser.error(f"unknown preset(s): {', '.join(unknown)} (known: {', '.join(PRESETS)})")
+    if not 1 <= len(args.depths) <= 6 or not all(0 <= d < 1 for d in args.depths):
+        parser.error("--depths: one to six fractions in [0, 1)")
+    if args.length < 40 or args.length % 2:
+        parser.error("--length: an even number of at least 40")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Generate, measure every row, print the table (and write --json)."""
+    args = parse_args(argv)
+    try:
+        conversations = generate_all(
+            args.seed, args.conversations, args.length, args.depths, args.paraphrased
+        )
+    except ValueError as error:  # too many facts for the length, say
+        print(f"recall: {error}", file=sys.stderr)
+        return 2
+    log(describe_run(args, conversations))
+    ask = Asker(args.upstream, args.model, args.max_tokens) if args.upstream else None
+    try:
+        with CountingRelay(args.summarizer_url, args.summarizer_timeout * 2) as relay:
+            rows = [run_preset(p, conversations, args, relay, ask) for p in args.presets]
+        rows += run_baselines(conversations, args, ask)
+    finally:
+        if ask is not None:
+            ask.close()
+    summaries = [row.summary() for row in rows]
+    print(describe_run(args, conversations))
+    print()
+    print(format_table(summaries, with_answers=ask is not None))
+    if args.json:
+        report = {
+            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "rows": [
+                {**s, "results": [asdict(p) for p in r.probes]}
+                for s, r in zip(summaries, rows, strict=True)
+            ],
+            "conversations": [
+                {"id": c.id, "messages": len(c.messages), "facts": [asdict(f) for f in c.facts]}
+                for c in conversations
+            ],
+        }
+        args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
