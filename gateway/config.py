@@ -246,7 +246,9 @@ PRESETS: dict[str, Composition] = {
         window=WindowTier(messages=8, keep_last=3),
         chunks=ChunkTier(first_at=15, every=15, size=15, use=3),
         pins=PinsTier(use=5),
-        facts=FactsTier(use=15, extract_every=6),
+        # Facts are one short line each: 30 fit in a few hundred tokens, and a fact the
+        # question does not name in its own words is only found here, not by recall.
+        facts=FactsTier(use=30, extract_every=6),
         recall=RecallTier(),
         cross_session=CrossSessionTier(),
         priority=["window_keep", "recall", "pins", "facts", "summaries", "profile", "window"],

@@ -27,7 +27,8 @@ _PREFER = (
     r"(?P<key>[a-z][a-z -]{1,30})"
 )
 _RULE = (
-    r"\b(?P<key>(?:never|always|don't ever|do not ever|please never|please always)"
+    r"\b(?P<key>(?:never|always|don't ever|do not ever|please never|please always|"
+    r"(?:nothing|no one|nobody|no meetings?) (?:should|must|may|can|shall))"
     r"\b[a-z ,'-]{3,60})"
 )
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -105,7 +106,7 @@ def merge(facts: tuple[Fact, ...], found: Sequence[Found], keep: int) -> tuple[F
     merged = list(facts)
     for new in found:
         same = [i for i, f in enumerate(merged) if f.key == new.key and not f.superseded]
-        if any(_normal(merged[i].text) == _normal(new.text) for i in same):
+        if any(normal(merged[i].text) == normal(new.text) for i in same):
             continue  # said again: nothing new
         for i in same:
             merged[i] = replace(merged[i], superseded=True)
@@ -120,9 +121,7 @@ def merge(facts: tuple[Fact, ...], found: Sequence[Found], keep: int) -> tuple[F
 
 def union(fact_lists: Sequence[Sequence[str]], keep: int) -> list[str]:
     """Facts of several sessions, oldest session first: the newer wins per key."""
-    found = [
-        Found(key_of(text) or _normal(text), text, 0) for texts in fact_lists for text in texts
-    ]
+    found = [Found(key_of(text) or normal(text), text, 0) for texts in fact_lists for text in texts]
     return [fact.text for fact in current(merge((), found, keep=keep * 2))][-keep:]
 
 
@@ -130,5 +129,6 @@ def current(facts: Iterable[Fact]) -> list[Fact]:
     return [f for f in facts if not f.superseded]
 
 
-def _normal(text: str) -> str:
+def normal(text: str) -> str:
+    """Text compared as words: lower case, letters and digits only."""
     return " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split())
