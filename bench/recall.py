@@ -259,9 +259,13 @@ class CountingRelay:
             self.calls[match.group(1).decode() if match else "other"] += 1
         status, answer = self._ask_target(body)
         if status != 200:
-            with self.lock:
-                self.failed += 1
+            self.count_failure()
         return status, answer
+
+    def count_failure(self) -> None:
+        """One more call that gave the gateway no usable answer."""
+        with self.lock:
+            self.failed += 1
 
     def _ask_target(self, body: bytes) -> tuple[int, bytes]:
         if self.client is None or self.target is None:
@@ -292,8 +296,8 @@ class CountingRelay:
                     self.wfile.write(answer)
                 except (BrokenPipeError, ConnectionResetError):
                     # The gateway gave up on a slow model first (its summarizer timeout):
-                    # the call is counted; the late answer has nobody to go to.
-                    pass
+                    # the call is counted, as failed; the late answer has nobody to go to.
+                    relay.count_failure()
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # one line per summarizer call would drown the progress output
