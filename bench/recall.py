@@ -325,6 +325,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# Runs the gateway so that it gets SIGINT when the benchmark dies, even of SIGKILL (when
+# no cleanup runs): Linux's PR_SET_PDEATHSIG (1) survives the exec. Elsewhere, a plain exec.
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGINT)
+except OSError:
+    pass
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
 @contextlib.contextmanager
 def gateway(preset: str, args: argparse.Namespace, summarizer_url: str) -> Iterator[str]:
     """A ``memory-gateway serve`` subprocess with its own embedded Redis; its base URL."""
@@ -349,7 +361,8 @@ def gateway(preset: str, args: argparse.Namespace, summarizer_url: str) -> Itera
     config = workdir / "gateway.yaml"
     config.write_text(json.dumps(settings, indent=2))  # JSON is YAML
     logfile = (workdir / "gateway.log").open("wb")
-    command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+    command = [sys.executable, "-c", _DIE_WITH_PARENT, "-m", "gateway.cli", "serve"]
+    command += ["--config", str(config)]
     process = subprocess.Popen(
         [*command, "--port", str(port)], cwd=ROOT, stdout=logfile, stderr=subprocess.STDOUT
     )
