@@ -120,3 +120,14 @@ def test_serve_refuses_to_start_on_a_bad_config(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "upstream.base_url: environment variable NOT_SET_ANYWHERE is not set" in result.stderr
+
+
+def test_a_separate_worker_refuses_the_embedded_redis() -> None:
+    result = subprocess.run(
+        [*GATEWAY, "worker", "--config", "config/gateway.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "redis.url: a separate worker needs an external Redis" in result.stderr
