@@ -205,6 +205,20 @@ def _memory_items(
     return items
 
 
+def _cut(item: _Item, room: int, count: Count) -> _Item:
+    """The item's first lines that fit in ``room`` tokens (none: empty text)."""
+    kept: list[str] = []
+    used = 1
+    for line in item.text.splitlines():
+        cost = count(line) + 1  # each line once (the exact check at the end corrects joints)
+        if used + cost > room:
+            break
+        kept.append(line)
+        used += cost
+    text = "\n".join(kept)
+    return _Item(item.section, text, used if text else 0, item.key)
+
+
 def render_memory(chosen: Sequence[_Item]) -> str:
     lines = [MEMORY_HEADER]
     for section in _SECTION_ORDER:
@@ -267,7 +281,13 @@ def assemble(
             if item.section not in sections_open:
                 cost += count(_SECTIONS[item.section]) + 2
             over_cap = tier in caps and tier_used.get(tier, 0) + cost > caps[tier]
-            if used + cost > budget_tokens or over_cap:
+            if used + cost > budget_tokens and not over_cap and tier == "rolling":
+                # The one evolving summary may be longer than the whole budget (seed 001
+                # lets it grow to 7000 tokens): send the part that fits, not nothing.
+                item = _cut(item, item.tokens - (used + cost - budget_tokens), count)
+                cost -= items[tier][n].tokens - item.tokens
+                dropped["rolling_cut"] = 1
+            if used + cost > budget_tokens or over_cap or not item.text:
                 dropped[tier] = len(items[tier]) - n
                 break
             used += cost

@@ -104,7 +104,7 @@ def test_stream_is_passed_through_chunk_by_chunk_with_done(
             raw += piece
     assert raw.endswith(b"data: [DONE]\n\n")
     # Five words 0.3 s apart: the first must reach us long before the last was produced.
-    assert arrivals[0] < 0.6 and arrivals[-1] > 1.2, arrivals
+    assert arrivals[-1] - arrivals[0] > 0.9, arrivals
 
 
 def test_full_history_resend_never_duplicates(

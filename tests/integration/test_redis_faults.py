@@ -79,5 +79,6 @@ def test_black_holed_redis_is_bounded_by_the_deadline(
             )
             timings.append(time.monotonic() - start)
             assert raw.headers["x-memory-status"] == "degraded"
-        # 100 ms deadline plus the upstream round trip; generous for a loaded CI machine
-        assert max(timings) < 0.6, timings
+        # 100 ms deadline plus the upstream round trip; the margin is for a loaded 2-core
+        # CI machine (redis-py's own defaults would wait for seconds)
+        assert max(timings) < 1.0, timings

@@ -625,3 +625,18 @@ def test_with_the_real_token_counter() -> None:
     assert text is not None and "Seat 14C" in text and "Lisbon" in text
     assert context.messages[1].tokens == counter.count_text(text) + TOKENS_PER_MESSAGE
     assert context.receipt.total_tokens == total(context) <= 3000
+
+
+def test_an_evolving_summary_longer_than_the_budget_is_cut_not_dropped() -> None:
+    lines = [f"- the user said fact number {i} about topic {i}" for i in range(400)]
+    tiers = Tiers(version=1, rolling=RollingSummary("\n".join(lines), 1, 300, version=3))
+    counter = TokenCounter()
+    plan = Reconciled(prompt=(), prior=(), to_record=(), new=(Message("user", "hi", tokens=5),))
+    context = assemble(
+        plan, tiers=tiers, pins=(), composition=PRESETS["recursive-summary"],
+        budget_tokens=1000, memory_role="system", count=counter.count_text,
+    )  # fmt: skip
+    memory = context.messages[0].text
+    assert "fact number 0 " in memory and "fact number 399" not in memory
+    assert context.receipt.total_tokens <= 1000
+    assert context.receipt.dropped.get("rolling_cut") == 1
