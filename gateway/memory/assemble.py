@@ -21,7 +21,7 @@ from gateway.config import Composition
 from gateway.memory.model import Message, Pin, Tiers
 from gateway.memory.reconcile import Reconciled
 from gateway.memory.tiers.pins import top_pins
-from gateway.memory.tiers.window import tool_groups
+from gateway.memory.tiers.window import newest_unit_list, tool_groups
 from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 
 Count = Callable[[str], int]
@@ -131,21 +131,9 @@ def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> li
     if window.after_summarized and tiers.summaries:
         covered = max(s.end for s in tiers.summaries)
         prior = tuple(m for m in prior if not m.index or m.index > covered)
-    units: list[Unit] = []
-    count = tokens = turns = 0
-    for unit in reversed(tool_groups(prior)):
-        unit_turns = sum(1 for m in unit if m.role == "user")
-        if window.messages is not None and count + len(unit) > window.messages:
-            break
-        if window.tokens is not None and tokens + _tokens(unit) > window.tokens:
-            break
-        if window.turns is not None and turns >= window.turns:
-            break  # going back in time, a turn is complete once its user message is in
-        units.append(unit)
-        count, tokens, turns = count + len(unit), tokens + _tokens(unit), turns + unit_turns
-    # Never open the window with tool results whose call was cut off.
-    while units and units[-1][0].role == "tool":
-        units.pop()
+    units = newest_unit_list(
+        prior, max_messages=window.messages, max_tokens=window.tokens, max_turns=window.turns
+    )
     if turn.new and turn.new[0].role == "tool" and turn.prior and not units:
         # The new messages answer tool calls: the calling assistant comes along whatever
         # the window's limits, even when a summary already covers it (the upstream

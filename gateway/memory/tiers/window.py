@@ -32,22 +32,37 @@ def _open_call(group: list[Message]) -> bool:
     return (head.role == "assistant" and bool(head.tool_calls)) or head.role == "tool"
 
 
+def newest_unit_list(
+    messages: Sequence[Message],
+    *,
+    max_messages: int | None,
+    max_tokens: int | None = None,
+    max_turns: int | None = None,
+) -> list[tuple[Message, ...]]:
+    """The newest whole units within every given limit, newest first."""
+    chosen: list[tuple[Message, ...]] = []
+    count = tokens = turns = 0
+    for group in reversed(tool_groups(messages)):
+        group_tokens = sum(m.tokens for m in group)
+        if max_messages is not None and count + len(group) > max_messages:
+            break
+        if max_tokens is not None and tokens + group_tokens > max_tokens:
+            break
+        if max_turns is not None and turns >= max_turns:
+            break  # going back in time, a turn is complete once its user message is in
+        chosen.append(group)
+        count += len(group)
+        tokens += group_tokens
+        turns += sum(1 for m in group if m.role == "user")
+    # Never open the window with orphaned tool results.
+    while chosen and chosen[-1][0].role == "tool":
+        chosen.pop()
+    return chosen
+
+
 def newest_units(
     messages: Sequence[Message], *, max_messages: int, max_tokens: int | None = None
 ) -> tuple[Message, ...]:
     """The newest whole units that fit both limits, oldest first."""
-    chosen: list[tuple[Message, ...]] = []
-    count = tokens = 0
-    for group in reversed(tool_groups(messages)):
-        group_tokens = sum(m.tokens for m in group)
-        if count + len(group) > max_messages:
-            break
-        if max_tokens is not None and tokens + group_tokens > max_tokens:
-            break
-        chosen.append(group)
-        count += len(group)
-        tokens += group_tokens
-    # Never open the window with orphaned tool results.
-    while chosen and chosen[-1][0].role == "tool":
-        chosen.pop()
+    chosen = newest_unit_list(messages, max_messages=max_messages, max_tokens=max_tokens)
     return tuple(m for group in reversed(chosen) for m in group)
