@@ -16,6 +16,8 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
     fake-summarizer  a deterministic, valid answer to each summarizer prompt (by its
                      ``[memory-gateway:<kind>]`` marker), extracted from the prompt
     broken-summarizer  an invalid summary ("Certainly! Here's a poem: ...") for every kind
+    slow-summarizer  fake-summarizer's answers, each after SLOW_SUMMARIZER_S seconds (a
+                     summarization job kept in flight)
 """
 
 from __future__ import annotations
@@ -162,6 +164,8 @@ class FakeUpstream:
             )
         if model == "slow-first-byte":
             await asyncio.sleep(3)
+        if model == "slow-summarizer":
+            await asyncio.sleep(SLOW_SUMMARIZER_S)
         answer, tool_calls = reply_to(messages, model)
         completion_id = f"chatcmpl-{next(self._ids)}"
         if not body.get("stream"):
@@ -267,7 +271,7 @@ def reply_to(
     messages: list[dict[str, Any]], model: str
 ) -> tuple[str | None, list[dict[str, Any]] | None]:
     """What the fake model says, knowing only ``messages``."""
-    if model in ("fake-summarizer", "broken-summarizer"):
+    if model in ("fake-summarizer", "broken-summarizer", "slow-summarizer"):
         return summarizer_reply(messages, model), None
     last = messages[-1]
     if model == "tool-caller":
@@ -293,6 +297,7 @@ def reply_to(
 
 # --- The fake summarizer model ---------------------------------------------------------
 
+SLOW_SUMMARIZER_S = 1.5
 BROKEN_SUMMARY = "Certainly! Here's a poem: roses bloom where silver rivers run all night."
 _MARKER = re.compile(r"^\[memory-gateway:([a-z-]+)\]")
 _MESSAGE_LINE = re.compile(r"^Message \d+ \((\w+)\): (.*)$", re.M)
