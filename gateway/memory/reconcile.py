@@ -23,6 +23,12 @@ Notes:
     It is recognised only when the request's history lines up with what was stored before
     that turn — for a client that sends single messages a repeated "continue" is a new
     turn, not a regenerate. The stored answer is then replaced, not duplicated.
+
+    Concurrency: a plain new turn may land after any other turn (turns are appended whole).
+    A plan that relies on the stored tail as it was loaded — an import, a retry, a
+    regenerate — carries ``expected_count``: it is recorded only if the log still has that
+    length, and otherwise reconciled again against the newer tail, so two requests that
+    both saw the same missing history import it once.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ class Reconciled:
     to_record: tuple[Message, ...]  # messages to append before the answer
     new: tuple[Message, ...]  # this turn's new messages (stored ones keep their index)
     truncate_to: int | None = None  # regenerate: stored messages after this index go
-    expected_count: int = 0  # the stored message count this plan was made against
+    # The stored message count this plan relies on; None when it may land after any turn.
+    expected_count: int | None = None
 
 
 def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
@@ -131,5 +138,5 @@ def reconcile(messages: Sequence[Message], state: SessionState) -> Reconciled:
         prior=stored + imported,
         to_record=imported + new,
         new=new,
-        expected_count=state.message_count,
+        expected_count=state.message_count if imported else None,
     )

@@ -21,7 +21,7 @@ from gateway.memory.model import Message, Pin, SessionState
 from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import RedisStore
+from gateway.store.redis_store import RedisStore, TailMoved
 from gateway.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # A Lua script unpacks its arguments onto the stack; imports go in batches below that limit.
 IMPORT_BATCH = 500
 END_JOB = Job("end", 0, 0, 0)
+# Records that lost a race for the tail and were planned again; each race needs another
+# turn to land in between, so a few attempts are plenty.
+RECORD_ATTEMPTS = 5
 
 
 def _query(messages: Sequence[Message]) -> str:
@@ -46,6 +49,7 @@ class Turn:
     plan: Reconciled
     context: Context
     model: str
+    messages: tuple[Message, ...]  # as the client sent them: planned again if the tail moved
 
 
 def session_keys(identity: Identity) -> SessionKeys:
@@ -89,17 +93,7 @@ class MemoryService:
         state = await self.store.load(
             keys, self.config.reconcile_tail, query_terms=recall.terms(query), user=user
         )
-        plan = reconcile(messages, state)
-        # Count only what this turn brings (prompt, new, imported): stored messages carry
-        # their count, so a client resending a long history does not re-tokenize it.
-        memo: dict[int, Message] = {}
-        plan = replace(
-            plan,
-            prompt=self._counted(plan.prompt, model, memo),
-            prior=self._counted(plan.prior, model, memo),
-            to_record=self._counted(plan.to_record, model, memo),
-            new=self._counted(plan.new, model, memo),
-        )
+        plan = self._plan(messages, state, model)
         young = (
             composition.cross_session is not None
             and state.message_count < composition.cross_session.young_session_messages
@@ -116,7 +110,20 @@ class MemoryService:
             recalled=recalled,
             profile=state.profile if young else None,
         )
-        return Turn(keys, identity, state, plan, context, model)
+        return Turn(keys, identity, state, plan, context, model, messages)
+
+    def _plan(self, messages: tuple[Message, ...], state: SessionState, model: str) -> Reconciled:
+        plan = reconcile(messages, state)
+        # Count only what this turn brings (prompt, new, imported): stored messages carry
+        # their count, so a client resending a long history does not re-tokenize it.
+        memo: dict[int, Message] = {}
+        return replace(
+            plan,
+            prompt=self._counted(plan.prompt, model, memo),
+            prior=self._counted(plan.prior, model, memo),
+            to_record=self._counted(plan.to_record, model, memo),
+            new=self._counted(plan.new, model, memo),
+        )
 
     def _user_keys(self, identity: Identity) -> UserKeys | None:
         composition = self.composition
@@ -213,17 +220,31 @@ class MemoryService:
         return found
 
     async def record(self, turn: Turn, answer: Message, *, now: float) -> None:
-        """Append this turn's new messages and the answer atomically, then enqueue jobs."""
-        messages = turn.plan.to_record + self._counted((answer,), turn.model, {})
-        await self._append(
-            turn.keys,
-            turn.identity.user_id,
-            messages,
-            tail=turn.state.tail,
-            now=now,
-            truncate_to=turn.plan.truncate_to,
-            expected_count=turn.plan.expected_count,
-        )
+        """Append this turn's new messages and the answer atomically, then enqueue jobs.
+
+        A plan that relied on the stored tail is made again when a concurrent turn landed
+        first (``TailMoved``); after ``RECORD_ATTEMPTS`` such races the turn is not recorded
+        (the caller reports it degraded) rather than recorded twice.
+        """
+        (answer,) = self._counted((answer,), turn.model, {})
+        plan, tail = turn.plan, turn.state.tail
+        for attempt in range(RECORD_ATTEMPTS):
+            try:
+                await self._append(
+                    turn.keys,
+                    turn.identity.user_id,
+                    (*plan.to_record, answer),
+                    tail=tail,
+                    now=now,
+                    truncate_to=plan.truncate_to,
+                    expected_count=plan.expected_count,
+                )
+                return
+            except TailMoved:
+                if attempt == RECORD_ATTEMPTS - 1:
+                    raise
+            state = await self.store.load(turn.keys, self.config.reconcile_tail)
+            plan, tail = self._plan(turn.messages, state, turn.model), state.tail
 
     async def import_messages(
         self, keys: SessionKeys, user_id: str | None, messages: tuple[Message, ...], *, now: float
@@ -247,7 +268,7 @@ class MemoryService:
         tail: tuple[Message, ...],
         now: float,
         truncate_to: int | None = None,
-        expected_count: int = 0,
+        expected_count: int | None = None,
     ) -> tuple[tuple[Message, ...], int]:
         stamped = tuple(replace(m, ts=now) for m in messages)
         recorded = await self.store.record(

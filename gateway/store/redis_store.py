@@ -36,6 +36,14 @@ class StoreUnavailable(Exception):
     """Redis did not answer in time, or answered with an error."""
 
 
+class TailMoved(StoreUnavailable):
+    """A record that relied on the log's length found another turn had landed first.
+
+    A kind of unavailability for the caller: when it persists the turn is not recorded and
+    the answer is reported degraded.
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     first: int  # index of the first appended message
@@ -52,12 +60,13 @@ class JobNotice:
 
 
 # KEYS: meta, log, tiers, pins, jobs, lease, index.  ARGV: ttl_s, now, session_id,
-# user_id ("" = keep), truncate_to (-1 = none), expected_count, user messages appended,
-# M = messages appended, indexed length, M message JSONs, then (term, postings) pairs.
-# Appends after an optional truncation (a regenerate replacing the stored answer) in one
-# step, so concurrent turns never interleave and a reader never sees half a turn. The
-# truncation only happens if the log still has the length the request saw: if another
-# turn landed meanwhile, the new answer is appended instead of deleting someone's turn.
+# user_id ("" = keep), truncate_to (-1 = none), expected_count (-1 = any), user messages
+# appended, M = messages appended, indexed length, M message JSONs, then (term, postings)
+# pairs. Appends after an optional truncation (a regenerate replacing the stored answer)
+# in one step, so concurrent turns never interleave and a reader never sees half a turn.
+# A plan made against a given log length (an import, a retry, a regenerate) writes
+# nothing if another turn landed meanwhile: it returns first = -1 and the caller plans
+# again, rather than importing twice or deleting someone else's turn.
 # Postings arrive with offsets ("+2:1:9,") that only this script can make absolute. A
 # term's value is "<df>|<postings>": the true document frequency, and its newest postings
 # up to POSTINGS_CAP bytes. Only common words reach the cap, and a common word weighs
@@ -66,8 +75,12 @@ class JobNotice:
 POSTINGS_CAP = 4096
 RECORD_SCRIPT = """
 local n = redis.call('LLEN', KEYS[2])
+local expected = tonumber(ARGV[6])
+if expected >= 0 and n ~= expected then
+  return {-1, n, 0, 0}
+end
 local truncate_to = tonumber(ARGV[5])
-if truncate_to >= 0 and n == tonumber(ARGV[6]) then
+if truncate_to >= 0 then
   while n > truncate_to do
     redis.call('RPOP', KEYS[2])
     n = n - 1
@@ -201,6 +214,27 @@ class RedisStore:
 
     async def ping(self, timeout_s: float | None = None) -> None:
         await self._bounded(self.client.ping, timeout_s)
+
+    async def server_config(
+        self, names: Sequence[str], timeout_s: float | None = None
+    ) -> dict[str, str] | None:
+        """``CONFIG GET`` of each name; None where CONFIG is disabled (managed Redis)."""
+
+        async def read() -> dict[str, str] | None:
+            found: dict[str, str] = {}
+            try:
+                for name in names:  # one name per call: Redis < 7 takes only one
+                    reply = await self.client.config_get(name)
+                    found.update({str(k): str(v) for k, v in reply.items()})
+            except ResponseError:  # renamed, or denied by an ACL
+                return None
+            return found
+
+        return await self._bounded(read, timeout_s)
+
+    async def server_info(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """``INFO`` (every section): what a Redis that refuses CONFIG still tells."""
+        return dict(await self._bounded(self.client.info, timeout_s))
 
     async def tenant_secret(self, timeout_s: float | None = None) -> bytes:
         """The key of the tenant hash, created once and shared by every replica."""
@@ -350,10 +384,13 @@ class RedisStore:
         now: float,
         user_id: str | None,
         truncate_to: int | None = None,
-        expected_count: int = 0,
+        expected_count: int | None = None,
         index: bool = True,
     ) -> Recorded:
-        """Append messages atomically, numbering them (and indexing them for recall)."""
+        """Append messages atomically, numbering them (and indexing them for recall).
+
+        Raises ``TailMoved`` when ``expected_count`` is given and the log has another length.
+        """
         postings = index_entries(messages) if index else {}
         args: list[Any] = [
             self.retention_s,
@@ -361,7 +398,7 @@ class RedisStore:
             keys.session_id,
             user_id or "",
             -1 if truncate_to is None else truncate_to,
-            expected_count,
+            -1 if expected_count is None else expected_count,
             sum(1 for m in messages if m.role == "user"),
             len(messages),
             indexed_length(messages),
@@ -371,6 +408,8 @@ class RedisStore:
         first, count, turns, new_user = await self._bounded(
             lambda: self._record(keys=list(keys.all()), args=args)
         )
+        if int(first) < 0:
+            raise TailMoved(f"expected {expected_count} messages, found {count}")
         return Recorded(int(first), int(count), int(turns), bool(new_user))
 
     async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:

@@ -222,7 +222,9 @@ def test_reconcile(case: dict[str, Any]) -> None:
     assert texts(result.prior) == texts(tuple(case["prior"]))
     assert result.prompt == tuple(case.get("prompt", ()))
     assert result.truncate_to is None
-    assert result.expected_count == loaded.message_count
+    # Only a plan that imports depends on the tail staying as it was loaded.
+    imported = len(result.to_record) > len(result.new)
+    assert result.expected_count == (loaded.message_count if imported else None)
     for message in result.to_record:
         assert message.role not in ("system", "developer")
         assert message.index == 0  # not stored yet

@@ -10,6 +10,7 @@ from gateway.memory.assemble import MEMORY_HEADER
 from gateway.memory.model import Message, Pin, SessionState, Summary, Tiers
 from gateway.memory.service import MemoryService
 from gateway.store.keys import SessionKeys
+from gateway.store.redis_store import Recorded, TailMoved
 from gateway.tokens import TokenCounter
 
 
@@ -85,3 +86,46 @@ async def test_the_configured_composition_and_the_stored_tiers_are_used() -> Non
     assert turn.context.receipt.window_indexes == (36, 37, 38, 39, 40)
     assert turn.context.receipt.summaries == ((2, 22),)
     assert [m.text for m in messages[1:]] == [f"message {i}" for i in range(36, 41)] + ["new"]
+
+
+class RacingStore(FakeStore):
+    """The first record loses the race: another request imported the same history first."""
+
+    def __init__(self, state: SessionState, landed: SessionState) -> None:
+        super().__init__(state)
+        self.landed = landed
+        self.records: list[tuple[list[str], int | None]] = []
+
+    async def record(
+        self, keys: SessionKeys, messages: tuple[Message, ...], **kwargs: object
+    ) -> object:
+        expected = kwargs["expected_count"]
+        assert expected is None or isinstance(expected, int)
+        self.records.append(([m.text for m in messages], expected))
+        if expected is not None and expected != self.state.message_count:
+            raise TailMoved("moved")
+        if len(self.records) == 1:
+            self.state = self.landed  # the other request's import lands now
+            raise TailMoved("moved")
+        first = self.state.message_count + 1
+        return Recorded(first, first + len(messages) - 1, 0, False)
+
+
+async def test_a_record_whose_tail_moved_is_planned_again_and_imports_nothing_twice() -> None:
+    earlier = history(4)
+    landed = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(earlier))
+    other = (
+        replace(Message("user", "other"), index=5),
+        replace(Message("assistant", "ok"), index=6),
+    )
+    store = RacingStore(SessionState(), SessionState(message_count=6, tail=landed + other))
+    service = MemoryService(store, TokenCounter(), MemoryConfig())  # type: ignore[arg-type]
+    turn = await service.prepare(IDENTITY, (*earlier, Message("user", "mine")), "gpt-4o")
+    assert turn.plan.expected_count == 0  # an import relies on the empty log
+
+    await service.record(turn, Message("assistant", "answer"), now=1.0)
+    texts = [m.text for m in earlier]
+    assert store.records == [
+        ([*texts, "mine", "answer"], 0),  # refused: the log moved
+        (["mine", "answer"], None),  # planned again: only this turn's own messages
+    ]
