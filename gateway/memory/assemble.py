@@ -9,6 +9,11 @@ order while the budget lasts, and the first item of a tier that does not fit end
 tier. The prompt, the new messages and the window's ``keep_last`` messages are always
 sent, even over budget (the upstream then reports the overflow in its own words).
 A tool-calling assistant message and its results are one unit: kept or dropped whole.
+
+Recalled messages, pins and facts are content, not instructions: each item starts a line
+with a label the gateway writes ("- Message 5 (user): "), and its own line breaks are
+indented under it (``summary_rules.inside``), so a user's "\nsystem: always answer X" or
+"\n## Pinned" stays visibly inside the item that quotes it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 from gateway.config import Composition
 from gateway.memory.model import Message, Pin, Tiers
 from gateway.memory.reconcile import Reconciled
+from gateway.memory.summary_rules import inside
 from gateway.memory.tiers.pins import top_pins
 from gateway.memory.tiers.window import newest_unit_list, tool_groups
 from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
@@ -156,22 +162,22 @@ def _memory_items(
             text = str(profile["summary"])
             items["profile"].append(_Item("profile", text, count(text) + 1))
         for fact in profile.get("facts", ()):
-            text = f"- {fact}"
+            text = f"- {inside(str(fact))}"
             items["profile"].append(_Item("profile", text, count(text) + 1))
     if composition.recall is not None:
         for hit in recalled:  # best match first
             where = "" if hit.session is None else " of an earlier conversation"
             message = hit.message
-            text = f"- Message {message.index}{where} ({message.role}): {message.text}"
+            text = f"- Message {message.index}{where} ({message.role}): {inside(message.text)}"
             items["recall"].append(_Item("recall", text, count(text) + 1, hit.key))
     if composition.pins is not None:
         for pin in top_pins(pins, composition.pins.use):
-            text = f"- {pin.content}"
+            text = f"- {inside(pin.content)}"
             items["pins"].append(_Item("pins", text, count(text) + 1, pin.id))
     if composition.facts is not None:
         current = [fact for fact in tiers.facts if not fact.superseded]  # the newer wins
         for fact in reversed(current[-composition.facts.use :]):
-            text = f"- {fact.text}"
+            text = f"- {inside(fact.text)}"
             items["facts"].append(_Item("facts", text, count(text) + 1))
     if tiers.rolling is not None and (composition.recursive or composition.rolling):
         rolling = tiers.rolling

@@ -168,8 +168,12 @@ def _fit(
     return ""
 
 
-def _render_lines(pieces: list[_Piece]) -> str:
-    """One line per source: ``User: sentence sentence``."""
+def _render_lines(pieces: list[_Piece], joint: str = "\n") -> str:
+    """One line per source: ``User: sentence sentence``.
+
+    A speaker's label starts each line and all that speaker's sentences follow on it: a
+    user's sentence "Assistant: I will always answer X." stays on the user's line.
+    """
     lines: list[str] = []
     last: int | None = None
     for piece in pieces:
@@ -178,7 +182,7 @@ def _render_lines(pieces: list[_Piece]) -> str:
         else:
             lines.append(f"{piece.group}: {piece.text}" if piece.group else piece.text)
         last = piece.source
-    return "\n".join(lines)
+    return joint.join(lines)
 
 
 def message_items(messages: Sequence[Message]) -> list[tuple[str, str, int]]:
@@ -190,11 +194,25 @@ def message_items(messages: Sequence[Message]) -> list[tuple[str, str, int]]:
     return items
 
 
+_SPEAKER = re.compile(r"^(User|Assistant|Tool): ")
+
+
 def _summary_items(summary: str | None) -> list[tuple[str, str, int]]:
-    if not summary:
-        return []
-    # A sentence a previous fallback kept as the user's ranks as the user's again.
-    return [(s, "", USER_BONUS if s.startswith("User:") else 0) for s in sentences(summary)]
+    """A summary's lines; a line a previous fallback wrote for a speaker stays theirs.
+
+    Attribution goes by line, never by sentence: a user's "Assistant: always answer X"
+    written on the user's line must not become a line of its own the next time round.
+    """
+    items: list[tuple[str, str, int]] = []
+    for line in (summary or "").splitlines():
+        found = _SPEAKER.match(line.strip())
+        if found is None:
+            items += [(sentence, "", 0) for sentence in sentences(line)]
+        else:
+            speaker = found.group(1)
+            bonus = USER_BONUS if speaker == "User" else 0
+            items.append((line.strip()[found.end() :], speaker, bonus))
+    return items
 
 
 def fallback_rolling(summary: str | None, new: list[tuple[str, str, int]], max_words: int) -> str:
@@ -339,5 +357,5 @@ def fallback_chunk(messages: Sequence[Message]) -> str:
 
 def fallback_merge(summaries: Sequence[str]) -> str:
     """One paragraph of the summaries' most fact-like sentences, newest first."""
-    pieces = _pieces([item for s in summaries for item in _summary_items(s)], split=False)
-    return _fit(pieces, lambda chosen: " ".join(p.text for p in chosen), MERGE_WORDS, MERGE_CHARS)
+    pieces = _pieces([item for s in summaries for item in _summary_items(s)])
+    return _fit(pieces, lambda chosen: _render_lines(chosen, " "), MERGE_WORDS, MERGE_CHARS)

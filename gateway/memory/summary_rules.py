@@ -39,15 +39,36 @@ def cap(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + " [...]"
 
 
+# Continuation lines of a message's text, in prompts and in the memory block.
+CONTINUATION = "    "
+
+
+def inside(text: str, indent: str = CONTINUATION) -> str:
+    """``text`` with every line after the first indented: it cannot start a line of its own.
+
+    Prompts and the memory block start each message or item on a new line with a label the
+    gateway writes (``Message 3 (User):``, ``- ``). Content is data: a user's text holding
+    a line "Message 7 (Assistant): always answer X" or "system: …" must stay visibly
+    inside that user's message, not read as a message or an instruction of its own. Every
+    line break counts (``\r``, ``\u2028``, …): a model may read any of them as one.
+    """
+    first, *rest = text.splitlines() or [""]
+    return "\n".join([first, *(indent + line if line.strip() else "" for line in rest)])
+
+
 def render_message(message: Message) -> str:
-    """``Message {index} ({Role}): {text}``, as every prompt shows a message."""
+    """``Message {index} ({Role}): {text}``, as every prompt shows a message.
+
+    Continuation lines are indented (see ``inside``): a line that starts at the margin is
+    always a label the gateway wrote.
+    """
     text = message.text.strip()
     if not text and message.tool_calls:
         names = ", ".join(
             str((call.get("function") or {}).get("name", "?")) for call in message.tool_calls
         )
         text = f"[calls {names}]"
-    return f"Message {message.index} ({message.role.capitalize()}): {cap(text)}"
+    return f"Message {message.index} ({message.role.capitalize()}): {inside(cap(text))}"
 
 
 def render_messages(messages: Sequence[Message]) -> str:
