@@ -22,6 +22,7 @@ from gateway.routes.chat import ChatCompletions
 from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.passthrough import Passthrough
+from gateway.store.durability import warn_if_not_durable
 from gateway.store.redis_store import RedisStore, StoreUnavailable
 from gateway.tenancy import Tenants
 from gateway.tokens import TokenCounter
@@ -96,6 +97,11 @@ def create_app(
             except StoreUnavailable as error:
                 # Serve anyway (fail-open); the secret is fetched again on the next request.
                 log.warning("redis not reachable at start-up: %s", error)
+            # An external Redis may evict or forget memory (the embedded one is ours:
+            # AOF, noeviction). In the background: start-up never waits on Redis.
+            durability_check = None
+            if settings.redis.url != "embedded":
+                durability_check = asyncio.create_task(warn_if_not_durable(store))
             stop = asyncio.Event()
             worker_task = None
             if settings.worker.in_process:
@@ -105,6 +111,9 @@ def create_app(
                 yield
             finally:
                 stop.set()
+                if durability_check is not None:
+                    durability_check.cancel()
+                    await asyncio.gather(durability_check, return_exceptions=True)
                 if worker_task is not None:
                     await worker_task
 

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -86,12 +86,17 @@ def redis_server_binary() -> str:
 
 
 class RedisProcess:
-    """A private redis-server on a free loopback port: tests may stop, kill or restart it."""
+    """A private redis-server on a free loopback port: tests may stop, kill or restart it.
 
-    def __init__(self, *, appendonly: bool = False) -> None:
+    ``extra_args`` are further redis-server options (``"--maxmemory-policy",
+    "allkeys-lru"``); given after the defaults, they override them.
+    """
+
+    def __init__(self, *, appendonly: bool = False, extra_args: Sequence[str] = ()) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="mg-redis-")
         self.appendonly = appendonly
+        self.extra_args = list(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -107,6 +112,7 @@ class RedisProcess:
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--logfile", os.path.join(self.dir, "redis.log"),
+            *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
@@ -136,8 +142,10 @@ class RedisProcess:
 
 
 @contextlib.contextmanager
-def running_redis(*, appendonly: bool = False) -> Iterator[RedisProcess]:
-    server = RedisProcess(appendonly=appendonly).start()
+def running_redis(
+    *, appendonly: bool = False, extra_args: Sequence[str] = ()
+) -> Iterator[RedisProcess]:
+    server = RedisProcess(appendonly=appendonly, extra_args=extra_args).start()
     try:
         yield server
     finally:
