@@ -19,6 +19,7 @@ import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
+from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
@@ -166,6 +167,12 @@ def create_client(url: str, *, timeout_s: float, max_connections: int) -> redis.
 
     A blocking pool waits for a free connection instead of raising "Too many connections"
     under load; the deadline around each call bounds that wait too.
+
+    Maintenance notifications are off: redis-py 8 defaults them to "auto", which its pool
+    takes as on, and then skips the check that finds a pooled connection the server closed.
+    After a Redis restart every pooled connection would then fail one command (a degraded
+    turn each) instead of reconnecting before use. Retrying instead is not safe: a retried
+    append could land twice.
     """
     pool = redis.BlockingConnectionPool.from_url(
         url,
@@ -175,6 +182,7 @@ def create_client(url: str, *, timeout_s: float, max_connections: int) -> redis.
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=0,
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
     )
     return redis.Redis(connection_pool=pool)
 
