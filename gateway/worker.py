@@ -214,16 +214,13 @@ class Worker:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.store.ensure_group()
-                break
-            except StoreUnavailable as error:
-                log.warning("worker waiting for redis: %s", error)
-                await _sleep_or_stop(stop, 1.0)
+        group_ready = False
         last_reclaim = 0.0
         while not stop.is_set():
             try:
+                if not group_ready:
+                    await self.store.ensure_group()
+                    group_ready = True
                 notices: list[JobNotice] = []
                 if time.monotonic() - last_reclaim > self.reclaim_idle_ms / 2000:
                     last_reclaim = time.monotonic()
@@ -236,6 +233,9 @@ class Worker:
                     )
                 await asyncio.gather(*(self._handle(n) for n in notices))
             except StoreUnavailable as error:
+                # A Redis that comes back empty (no persistence, a failover) has lost the
+                # consumer group: make it again (a no-op if it exists) before reading.
+                group_ready = False
                 log.warning("worker: redis unavailable: %s", error)
                 await _sleep_or_stop(stop, 1.0)
 

@@ -484,3 +484,23 @@ def test_the_embedded_redis_is_not_checked(
         with _gateway_client(gateway, api_key, "s-embedded") as http:
             assert _timed_asks(http, 1, "hello")[1] == {"ok"}
         assert _durability_records(caplog, timeout=0.5) == []
+
+
+def test_the_worker_resumes_when_redis_comes_back_empty(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
+    # Without persistence a restarted Redis has lost the job stream's consumer group;
+    # the in-process worker must make it again rather than fail on every read.
+    with running_redis(appendonly=False) as redis_server:
+        gateway = make_gateway(redis_url=redis_server.url, worker={"block_ms": 200})
+        memory = Memory(gateway, api_key, session_id)
+        memory.add(2)
+        redis_server.stop(signal.SIGKILL)
+        redis_server.start()  # same port, nothing in it
+        memory.count = 0
+        memory.add(15)  # a chunk summary job at 15 messages
+        deadline = time.monotonic() + 15
+        while (state := memory.state())["pending_jobs"]:
+            assert time.monotonic() < deadline, "the worker never ran the job"
+            time.sleep(0.1)
+        assert [s["range"] for s in state["summaries"]] == [{"start": 1, "end": 15}]
