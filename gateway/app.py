@@ -17,6 +17,7 @@ from gateway.config import Settings
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
 from gateway.memory.recall import Embedder
 from gateway.memory.service import MemoryService
+from gateway.openapi import serve_openapi
 from gateway.proxy.upstream import Upstream
 from gateway.routes.chat import ChatCompletions
 from gateway.routes.health import Health
@@ -35,7 +36,7 @@ ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
@@ -122,6 +123,7 @@ def create_app(
             Route("/v1/chat/completions", chat.handle, methods=["POST"]),
             Route("/v1/{path:path}", passthrough.forward, methods=ALL_METHODS),
             Route("/healthz", Health(store).handle, methods=["GET"]),
+            Route("/openapi.json", serve_openapi, methods=["GET"]),
             *memory_api.routes(),
         ],
         exception_handlers={

@@ -2,17 +2,23 @@
 
 Only what the gateway relies on is checked; every other field is forwarded untouched.
 Errors name the offending field the way OpenAI does (``messages.2.role``).
+
+What is checked is what memory keeps: a message that passes here may be stored and sent
+again on every later turn, so a shape the upstream would refuse (a content part whose
+``text`` is a number, a tool result answering no call) must be refused now, not replayed.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pydantic_core
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     StrictBool,
     StrictStr,
     ValidationError,
@@ -21,27 +27,61 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from gateway.errors import InvalidRequest
-from gateway.memory.model import Message
+from gateway.memory.model import PROMPT_ROLES, Message
+
+# Longer than any model name or path a server uses; keeps a fuzzed megabyte out of logs.
+MAX_MODEL_LENGTH = 1024
+
+# Content-part fields the gateway reads (token counting, recall, summaries), with the
+# type each must have; other fields and part types are forwarded as they are.
+_PART_FIELDS: dict[str, type] = {"type": str, "text": str, "refusal": str, "image_url": dict}
 
 
-class _MessageShape(BaseModel):
+def _check_part(part: Any) -> None:
+    if not isinstance(part, dict):
+        raise ValueError("content parts must be objects")
+    for field, kind in _PART_FIELDS.items():
+        if field in part and not isinstance(part[field], kind):
+            raise ValueError(f"content part field {field!r} must be a {kind.__name__}")
+    if "image_url" in part and not isinstance(part["image_url"].get("url", ""), str):
+        raise ValueError("content part field 'image_url.url' must be a str")
+
+
+class _FunctionShape(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: StrictStr
+    arguments: StrictStr
+
+
+class _ToolCallShape(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: StrictStr = Field(min_length=1)
+    type: StrictStr
+    function: _FunctionShape | None = None
+
+
+class MessageShape(BaseModel):
+    """One message as the gateway may store it (the chat proxy and the memory API's import)."""
+
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     # Checked by hand: a pydantic union would name its members in the error's location
     # ("messages.0.content.str") where OpenAI names the field ("messages.0.content").
     content: Any = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
+    tool_calls: list[_ToolCallShape] | None = None
+    tool_call_id: StrictStr | None = None
+    name: StrictStr | None = None
 
     @field_validator("content")
     @classmethod
     def _check_content(cls, value: Any) -> Any:
         if value is None or isinstance(value, str):
             return value
-        if isinstance(value, list) and all(isinstance(part, dict) for part in value):
-            return value
-        raise ValueError("must be a string, an array of content parts, or null")
+        if not isinstance(value, list):
+            raise ValueError("must be a string, an array of content parts, or null")
+        for part in value:
+            _check_part(part)
+        return value
 
 
 class _StreamOptions(BaseModel):
@@ -52,8 +92,8 @@ class _StreamOptions(BaseModel):
 class _RequestShape(BaseModel):
     model_config = ConfigDict(extra="allow")
     # Strict: "yes" is not a boolean, 5 is not a model name (pydantic would coerce them).
-    model: StrictStr
-    messages: list[_MessageShape]
+    model: StrictStr = Field(min_length=1, max_length=MAX_MODEL_LENGTH)
+    messages: list[MessageShape]
     stream: StrictBool | None = None
     stream_options: _StreamOptions | None = None
 
@@ -89,24 +129,72 @@ def _param(body: Any, error: ErrorDetails) -> str:
     return ".".join(parts)
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: UTF-8 only, no NaN, at most 200 levels deep, no lone surrogates.
+
+    Python's ``json`` takes all of these, and each one fails later, where it is a 500:
+    10,000 nested arrays overflow the stack, a lone surrogate cannot be encoded again
+    (not for the upstream, not for Redis), NaN is not JSON to the upstream.
+    """
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("request body is not valid JSON", code="invalid_json") from None
+        return pydantic_core.from_json(raw, allow_inf_nan=False)
+    except ValueError as error:
+        raise InvalidRequest(
+            f"request body is not valid JSON: {error}", code="invalid_json"
+        ) from None
+
+
+def validation_error(body: Any, error: ValidationError, prefix: str = "") -> InvalidRequest:
+    """The first problem pydantic found, named by its path in the client's JSON."""
+    first = error.errors()[0]
+    param = prefix + _param(body, first)
+    return InvalidRequest(f"{param or 'body'}: {first['msg']}", param=param or None)
+
+
+def open_tool_calls(messages: Sequence[Message]) -> frozenset[str]:
+    """The ids of the tool calls a tool message may answer after ``messages``."""
+    open_ids: frozenset[str] = frozenset()
+    for message in messages:
+        if message.role == "assistant":
+            open_ids = frozenset(str(call["id"]) for call in message.tool_calls or ())
+        elif message.role not in PROMPT_ROLES and message.role != "tool":
+            open_ids = frozenset()
+    return open_ids
+
+
+def check_tool_results(messages: Sequence[Message], stored: Sequence[Message] | None) -> None:
+    """Every tool message answers a call of the assistant message it follows.
+
+    ``stored`` is the end of the session's log, which tool results leading the request
+    answer (a client that sends only what is new); None where it is not known yet, and
+    those are then left for the check with the log.
+    """
+    open_ids = None if stored is None else open_tool_calls(stored)
+    for i, message in enumerate(messages):
+        if message.role == "tool":
+            param = f"messages.{i}.tool_call_id"
+            if message.tool_call_id is None:
+                raise InvalidRequest(f"{param}: required for tool messages", param=param)
+            if open_ids is not None and message.tool_call_id not in open_ids:
+                raise InvalidRequest(
+                    f"{param}: {message.tool_call_id!r} answers no tool call of the "
+                    "assistant message before it",
+                    param=param,
+                )
+        elif message.role not in PROMPT_ROLES:
+            open_ids = open_tool_calls([message])
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
     try:
         shape = _RequestShape.model_validate(body)
     except ValidationError as error:
-        first = error.errors()[0]
-        param = _param(body, first)
-        raise InvalidRequest(f"{param}: {first['msg']}", param=param) from None
+        raise validation_error(body, error) from None
     if not shape.messages:
         raise InvalidRequest("messages must not be empty", param="messages")
-    return ChatRequest(
-        body=body,
-        model=shape.model,
-        messages=tuple(Message.from_openai(m) for m in body["messages"]),
-        stream=bool(shape.stream),
-    )
+    messages = tuple(Message.from_openai(m) for m in body["messages"])
+    check_tool_results(messages, None)
+    return ChatRequest(body=body, model=shape.model, messages=messages, stream=bool(shape.stream))

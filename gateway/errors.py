@@ -15,7 +15,7 @@ came. Every error reaches the client as ``{"error": {"message", "type", "param",
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 
 class GatewayError(Exception):
@@ -24,6 +24,7 @@ class GatewayError(Exception):
     status = 500
     type = "server_error"
     code: str | None = None
+    headers: ClassVar[dict[str, str]] = {}  # sent with the error
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -44,6 +45,10 @@ class InvalidRequest(GatewayError):
 class PayloadTooLarge(InvalidRequest):
     status = 413
     code = "payload_too_large"
+    # The rest of the body is not read; without this the server would go on reading and
+    # discarding it for as long as the client sends (1 GiB in a test) to keep the
+    # connection alive for a next request that never comes.
+    headers: ClassVar[dict[str, str]] = {"connection": "close"}
 
 
 class MemoryUnavailable(GatewayError):

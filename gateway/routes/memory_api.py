@@ -11,14 +11,20 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from gateway.chat_request import parse_chat_request
+from gateway.chat_request import (
+    MessageShape,
+    check_tool_results,
+    parse_chat_request,
+    parse_json,
+    validation_error,
+)
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.identity import Identity, MemoryMode, check_id, header_id
 from gateway.memory.assemble import window_units
@@ -34,6 +40,10 @@ from gateway.worker import JobRunner
 
 # Enough to show a session's window whatever the preset.
 STATE_TAIL = 200
+# Redis list indexes are signed 64-bit: a larger message index is an error there, not a miss.
+MAX_INDEX = 2**53
+# A tool call's results follow it directly: a short tail of the log shows which are open.
+TOOL_CHECK_TAIL = 16
 
 
 class NotFound(GatewayError):
@@ -42,10 +52,9 @@ class NotFound(GatewayError):
     code = "not_found"
 
 
-class _ImportMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str = Field(pattern="^(user|assistant|tool)$")
-    content: str | list[dict[str, Any]] | None = None
+class _ImportMessage(MessageShape):
+    # The conversation only: a system prompt is the client's, never stored.
+    role: Literal["user", "assistant", "tool"]
 
 
 class _ImportBody(BaseModel):
@@ -55,18 +64,18 @@ class _ImportBody(BaseModel):
 
 class _PinBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    content: str = Field(min_length=1, max_length=4000)
+    content: StrictStr = Field(min_length=1, max_length=4000)
     importance: float | None = Field(default=None, ge=0, le=1)
-    source_index: int | None = Field(default=None, ge=1)
+    source_index: int | None = Field(default=None, ge=1, le=MAX_INDEX)
 
 
-def _parse(model: type[BaseModel], raw: bytes) -> Any:
+def _parse(model: type[BaseModel], raw: bytes) -> tuple[Any, Any]:
+    """The validated body and the client's JSON it came from."""
+    data = parse_json(raw or b"{}")
     try:
-        return model.model_validate_json(raw or b"{}")
+        return model.model_validate(data), data
     except ValidationError as error:
-        first = error.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise InvalidRequest(f"{param or 'body'}: {first['msg']}", param=param) from None
+        raise validation_error(data, error) from None
 
 
 def _message_view(message: Message) -> dict[str, Any]:
@@ -146,11 +155,13 @@ class MemoryAPI:
 
     async def import_messages(self, request: Request) -> Response:
         keys = await self._keys(request)
-        body = _parse(_ImportBody, await read_body(request, self.max_body_bytes))
-        messages = tuple(
-            Message.from_openai(m.model_dump(exclude_none=True)) for m in body.messages
-        )
+        _, data = _parse(_ImportBody, await read_body(request, self.max_body_bytes))
+        messages = tuple(Message.from_openai(m) for m in data["messages"])
         user_id = header_id(request.headers, "X-User-Id")
+        # Tool results must answer a call, in the import or at the end of the stored log:
+        # an orphan stored now would be forwarded, and refused upstream, on every turn.
+        stored = await self.store.load(keys, TOOL_CHECK_TAIL)
+        check_tool_results(messages, stored.tail)
         count = await self.memory.import_messages(keys, user_id, messages, now=self.clock())
         _, _, pending = await self.store.job_state(keys)
         return JSONResponse(
@@ -163,6 +174,7 @@ class MemoryAPI:
         user_id = header_id(request.headers, "X-User-Id")  # as the proxy would see it
         identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)
         turn = await self.memory.prepare(identity, chat.messages, chat.model)
+        check_tool_results(chat.messages, turn.state.tail)
         return JSONResponse(
             {"messages": turn.context.openai_messages(), "receipt": turn.context.receipt.to_json()}
         )
@@ -180,7 +192,7 @@ class MemoryAPI:
 
     async def add_pin(self, request: Request) -> Response:
         keys, _ = await self._existing(request)
-        body = _parse(_PinBody, await read_body(request, self.max_body_bytes))
+        body, _ = _parse(_PinBody, await read_body(request, self.max_body_bytes))
         importance = body.importance
         if importance is None and body.source_index is not None:
             # Seed 004's heuristic scores the message the pin came from.

@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import time
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.integration.conftest import GatewayFactory
-from tests.support.servers import ServerThread
+from gateway.openapi import openapi_document
+from tests.integration.conftest import GatewayFactory, redis_dump
+from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
 
 VALID = b'{"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}'
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+def chat(*messages: dict[str, Any], **fields: Any) -> bytes:
+    return json.dumps({"model": "fake-model", "messages": list(messages), **fields}).encode()
+
+
+def user(content: Any) -> dict[str, Any]:
+    return {"role": "user", "content": content}
+
+
+def tool(call_id: str | None) -> dict[str, Any]:
+    message = {"role": "tool", "content": "42"}
+    return message if call_id is None else {**message, "tool_call_id": call_id}
+
+
+ASKED = {"role": "assistant", "content": None, "tool_calls": [CALL]}
 
 
 @pytest.mark.parametrize(
@@ -48,6 +69,37 @@ VALID = b'{"model": "fake-model", "messages": [{"role": "user", "content": "x"}]
             413,
             None,
         ),
+        # Each of these was a 500 (RecursionError, UnicodeEncodeError, AttributeError) or
+        # a 200 that stored a message every later turn would carry upstream.
+        (b'{"model": "m", "x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", {}, 400, None),
+        (chat(user("a\ud800b")), {}, 400, None),
+        (chat(user("x"), temperature=float("nan")), {}, 400, None),
+        (
+            chat(user([{"type": "image_url", "image_url": "http://x"}])),
+            {},
+            400,
+            "messages.0.content",
+        ),
+        (
+            chat(user([{"type": "image_url", "image_url": {"url": 5}}])),
+            {},
+            400,
+            "messages.0.content",
+        ),
+        (chat(user([{"type": "text", "text": 5}])), {}, 400, "messages.0.content"),
+        (
+            chat(user("q"), {**ASKED, "tool_calls": [{**CALL, "function": "f"}]}, tool("c1")),
+            {},
+            400,
+            "messages.1.tool_calls.0.function",
+        ),
+        (chat(user("q"), {**ASKED, "tool_calls": ["c1"]}), {}, 400, "messages.1.tool_calls.0"),
+        (chat(user("q"), ASKED, tool(None)), {}, 400, "messages.2.tool_call_id"),
+        (chat(user("q"), ASKED, tool("c2")), {}, 400, "messages.2.tool_call_id"),
+        (chat(user("q"), tool("c1")), {}, 400, "messages.1.tool_call_id"),
+        (chat(user("q"), {"role": "user", "content": "x", "name": 5}), {}, 400, "messages.1.name"),
+        (chat(user("q"), model="m" * 2000), {}, 400, "model"),
+        (chat(user("q"), model=""), {}, 400, "model"),
     ],
 )
 def test_bad_requests_get_an_error_envelope(
@@ -102,3 +154,148 @@ def raw_request(gateway: ServerThread, session: bytes, key: str = "sk-raw") -> b
         while chunk := sock.recv(65536):
             reply += chunk
     return reply
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/messages", {"messages": [{"role": "assistant", "tool_calls": "abc"}]},
+         "messages.0.tool_calls"),
+        ("/messages", {"messages": [user([{"type": "image_url", "image_url": "u"}])]},
+         "messages.0.content"),
+        ("/messages", {"messages": [{"role": "user", "content": "x", "name": {"a": 1}}]},
+         "messages.0.name"),
+        ("/messages", {"messages": [tool("c1")]}, "messages.0.tool_call_id"),
+        ("/messages", {"messages": [user("q"), tool(None)]}, "messages.1.tool_call_id"),
+        ("/messages", {"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ("/messages", {"messages": []}, "messages"),
+        ("/messages", [], None),
+        ("/context", {"model": "fake-model", "messages": [tool("c9")]},
+         "messages.0.tool_call_id"),
+        ("/pins", {"content": "x", "source_index": 10**30}, "source_index"),
+        ("/pins", {"content": 5}, "content"),
+        ("/pins", {"content": "x", "importance": 2}, "importance"),
+    ],
+)  # fmt: skip
+def test_memory_api_bad_bodies_get_an_error_envelope(
+    gateway: ServerThread, redis_server: RedisProcess, path: str, body: Any, param: str | None
+) -> None:
+    http = httpx.Client(base_url=gateway.url, headers={"Authorization": "Bearer sk-bad-api"})
+    with http:
+        # The session exists (pins need one) and ends on an answered turn.
+        seeded = http.post(
+            "/memory/sessions/bad-api/messages",
+            json={"messages": [user("hello"), {"role": "assistant", "content": "hi"}]},
+        )
+        assert seeded.status_code == 200, seeded.text
+        before = redis_dump_of(redis_server)
+        response = http.post("/memory/sessions/bad-api" + path, json=body)
+        after = redis_dump_of(redis_server)
+        http.delete("/memory/sessions/bad-api")
+    assert response.status_code == 400, response.text
+    assert_envelope(response.json())
+    assert response.json()["error"]["param"] == param
+    assert after == before  # nothing of the rejected request was stored
+
+
+def test_tool_results_sent_alone_must_answer_the_stored_call(
+    gateway: ServerThread, api_key: str, session_id: str, redis_server: RedisProcess
+) -> None:
+    headers = {"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id}
+    url = gateway.url + "/v1/chat/completions"
+    body = {"model": "tool-caller", "messages": [user("weather in Paris?")]}
+    asked = httpx.post(url, json=body, headers=headers)
+    assert asked.status_code == 200, asked.text
+    call_id = asked.json()["choices"][0]["message"]["tool_calls"][0]["id"]
+    before = redis_dump_of(redis_server)
+    orphan = httpx.post(
+        url, json={"model": "tool-caller", "messages": [tool(call_id + "-other")]}, headers=headers
+    )
+    assert orphan.status_code == 400, orphan.text
+    assert orphan.json()["error"]["param"] == "messages.0.tool_call_id"
+    assert redis_dump_of(redis_server) == before
+    # A single-message client sends only the result: it answers the stored call.
+    answered = httpx.post(
+        url, json={"model": "tool-caller", "messages": [tool(call_id)]}, headers=headers
+    )
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["choices"][0]["message"]["content"] == "The tool said: 42"
+
+
+def test_an_endless_body_is_refused_before_it_ends(make_gateway: GatewayFactory) -> None:
+    """No Content-Length, chunked: the gateway stops reading at the limit, not at the end."""
+    gateway = make_gateway(server={"max_body_bytes": 1_000_000})
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-big\r\n"
+        b"X-Session-Id: big\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b"%x\r\n%s\r\n" % (65536, b"[" * 65536)
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(head)
+        sent = 0
+        try:
+            # Up to 1 GiB, which the gateway must never hold: it answers after ~1 MB.
+            while sent < 1 << 30:
+                sock.sendall(chunk)
+                sent += 65536
+        except OSError:
+            pass  # the gateway answered and closed: our sending fails, as it should
+        reply = sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 413 "), reply[:200]
+    body = json.loads(reply.split(b"\r\n\r\n", 1)[1])
+    assert body["error"]["code"] == "payload_too_large"
+    assert sent < 64 << 20, sent
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("value", [b"a\rb", b"a\nb", b"a\r\nX-Injected: 1"])
+def test_cr_lf_in_a_header_is_refused_by_the_http_parser(
+    gateway: ServerThread, value: bytes
+) -> None:
+    """uvicorn's parser (httptools and h11 alike) answers 400 before the app runs.
+
+    That 400 is text/plain, not the envelope: the request never reaches the gateway's code
+    (nothing is read, nothing stored). ``a\r\nX-Injected: 1`` is two headers on the wire,
+    the first one ending at the CR: either way no header value holds a CR or LF.
+    """
+    reply = raw_request(gateway, value)
+    status = reply.split(b"\r\n", 1)[0]
+    assert status.endswith((b" 400 Bad Request", b" 200 OK")), reply[:300]
+    if status.endswith(b" 200 OK"):
+        assert value == b"a\r\nX-Injected: 1"
+
+
+def test_openapi_document_matches_the_routes(gateway: ServerThread) -> None:
+    served = httpx.get(gateway.url + "/openapi.json")
+    assert served.status_code == 200
+    assert served.json() == json.loads(json.dumps(openapi_document()))
+    documented = {
+        (path, method.upper())
+        for path, item in served.json()["paths"].items()
+        for method in item
+        if method != "parameters"
+    }
+    app = gateway.server.config.app
+    routed = {
+        (route.path, method)
+        for route in app.routes
+        if route.path.startswith("/memory/") or route.path == "/v1/chat/completions"
+        for method in route.methods - {"HEAD"}
+    }
+    assert routed and documented == routed
+
+
+def assert_envelope(body: Any) -> None:
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str) and error["type"]
+    assert error["param"] is None or isinstance(error["param"], str)
+    assert error["code"] is None or isinstance(error["code"], str)
+
+
+def redis_dump_of(server: RedisProcess) -> list[bytes]:
+    with server.client() as client:
+        return sorted(redis_dump(client))
