@@ -70,3 +70,11 @@ def response_headers(headers: Iterable[tuple[str, str]], *, decoded: bool) -> li
     if decoded:
         drop |= {"content-length", "content-encoding"}
     return [(name, value) for name, value in headers if name.lower() not in drop]
+
+
+def media_type(headers: Iterable[tuple[str, str]]) -> str | None:
+    """The Content-Type without its parameters, lower-cased; None when there is none."""
+    for name, value in headers:
+        if name.lower() == "content-type":
+            return value.split(";", 1)[0].strip().lower()
+    return None

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import anyio
 from starlette.requests import Request
@@ -23,6 +23,7 @@ from gateway.config import Settings
 from gateway.errors import (
     InvalidRequest,
     MemoryUnavailable,
+    UpstreamError,
     UpstreamTimeout,
     UpstreamUnreachable,
     sse_error_event,
@@ -30,16 +31,18 @@ from gateway.errors import (
 from gateway.identity import Identity, MemoryMode, header_id, memory_mode
 from gateway.memory.model import Message
 from gateway.memory.service import MemoryService, Turn
-from gateway.proxy.accumulate import StreamAccumulator, message_from_completion
-from gateway.proxy.headers import request_headers
-from gateway.proxy.sse import SSEDecoder
+from gateway.proxy.accumulate import message_from_completion
+from gateway.proxy.headers import media_type, request_headers
 from gateway.proxy.upstream import Upstream, UpstreamResponse, UpstreamStreamBroken
+from gateway.proxy.watch import StreamWatch
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.relay import (
     CLIENT_CLOSED,
     ClientGone,
+    close_quietly,
     raw_headers,
     read_body,
+    relay_stream,
     streamed,
     unless_client_leaves,
 )
@@ -140,8 +143,17 @@ class ChatCompletions:
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
         if upstream.status_code != 200:
-            return streamed(
-                upstream, self._relay(upstream, None), decoded=True, extra=memory_headers
+            body = relay_stream(upstream, decoded=True)
+            return streamed(upstream, body, decoded=True, extra=memory_headers)
+        received = media_type(upstream.headers)
+        if received not in (None, "text/event-stream"):
+            # An upstream that ignored stream=true: its JSON (or HTML) would reach the SDK
+            # as an empty stream. Nothing has been sent yet, so a plain error is still
+            # possible.
+            await close_quietly(upstream)
+            raise UpstreamError(
+                f"the upstream answered a streaming request with {received}, not an event stream",
+                code="upstream_not_streaming",
             )
         return streamed(
             upstream,
@@ -165,7 +177,7 @@ class ChatCompletions:
                 raise UpstreamTimeout(str(error)) from None
             raise UpstreamUnreachable(str(error)) from None
         finally:
-            await upstream.aclose()
+            await close_quietly(upstream)
         headers = dict(memory_headers)
         if upstream.status_code == 200 and record:
             try:
@@ -179,31 +191,50 @@ class ChatCompletions:
         response.headers["content-length"] = str(len(raw))  # the decoded body's length
         return response
 
-    async def _relay(self, upstream: UpstreamResponse, turn: Turn | None) -> AsyncIterator[bytes]:
-        """Pass the stream through chunk by chunk while watching it for a clean end."""
-        decoder = SSEDecoder()
-        answer = StreamAccumulator()
+    async def _relay(
+        self, upstream: UpstreamResponse, turn: Turn | None
+    ) -> AsyncGenerator[bytes, None]:
+        """Pass the stream through chunk by chunk while watching it for a clean end.
+
+        The turn is recorded on ``[DONE]``, before ``[DONE]`` is passed on (or when the
+        upstream closes after a ``finish_reason``); see ``StreamWatch`` for what counts.
+        """
+        watch = StreamWatch()
         recorded = False
         try:
             async for chunk in upstream.iter_body(decoded=True):
-                if turn is not None:
-                    for event in decoder.feed(chunk):
-                        answer.add(event.data)
-                    if answer.done and not recorded:
-                        recorded = True
-                        if answer.complete:
-                            await self._record(turn, answer.message())
+                watch.feed(chunk)
+                if watch.done and not recorded:
+                    recorded = True
+                    await self._record_watched(turn, watch)
                 yield chunk
-            if turn is not None and not recorded and answer.complete:
-                await self._record(turn, answer.message())
+            watch.close()
+            if not watch.ended:
+                # A clean close in mid-answer is a break all the same; without this event
+                # the client would take the truncated answer for the whole one.
+                log.warning("upstream closed the stream before the answer ended")
+                yield sse_error_event(
+                    "the upstream closed the stream before the answer ended",
+                    "upstream_error",
+                    "upstream_stream_incomplete",
+                )
+            elif not recorded:
+                await self._record_watched(turn, watch)
         except UpstreamStreamBroken as error:
             # Headers are gone: report in-band, and no [DONE] so the client knows.
             log.warning("upstream stream ended abnormally: %s", error)
             code = "upstream_timeout" if error.timeout else "upstream_stream_broken"
             yield sse_error_event(str(error), "upstream_error", code)
         finally:
-            with anyio.CancelScope(shield=True):
-                await upstream.aclose()
+            await close_quietly(upstream)
+
+    async def _record_watched(self, turn: Turn | None, watch: StreamWatch) -> None:
+        if turn is None:
+            return
+        if watch.recordable:
+            await self._record(turn, watch.message())
+        elif watch.unreadable:
+            log.warning("turn not recorded: the upstream stream was malformed")
 
     async def _record(self, turn: Turn, answer: Message) -> bool:
         """Record the turn whole: shielded, so a disconnect cannot cut it half-way."""

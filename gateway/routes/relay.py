@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import TypeVar
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import PayloadTooLarge
 from gateway.proxy.headers import response_headers
@@ -63,12 +64,20 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def relay_stream(upstream: UpstreamResponse) -> AsyncIterator[bytes]:
+async def relay_stream(
+    upstream: UpstreamResponse, *, decoded: bool = False
+) -> AsyncGenerator[bytes, None]:
     """The upstream body as it arrives, the upstream connection closed however it ends."""
     try:
-        async for chunk in upstream.iter_body(decoded=False):
+        async for chunk in upstream.iter_body(decoded=decoded):
             yield chunk
     finally:
+        await close_quietly(upstream)
+
+
+async def close_quietly(upstream: UpstreamResponse) -> None:
+    """Close the upstream response even from a cancelled task (a client that left)."""
+    with anyio.CancelScope(shield=True):
         await upstream.aclose()
 
 
@@ -80,13 +89,36 @@ def raw_headers(
     return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
+class _UpstreamStreamingResponse(StreamingResponse):
+    """Streams an upstream body; however the response ends, the upstream is closed.
+
+    When the client disconnects, Starlette cancels the body's task — possibly before the
+    body generator has started (its ``finally`` then never runs), or while the generator
+    waits at a ``yield`` (it would be closed only when garbage-collected). Either way the
+    upstream would go on generating for nobody; this closes it at once.
+    """
+
+    def __init__(self, upstream: UpstreamResponse, body: AsyncGenerator[bytes, None]) -> None:
+        super().__init__(body, status_code=upstream.status_code)
+        self._upstream = upstream
+        self._body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._body.aclose()
+                await self._upstream.aclose()
+
+
 def streamed(
     upstream: UpstreamResponse,
-    body: AsyncIterator[bytes],
+    body: AsyncGenerator[bytes, None],
     *,
     decoded: bool,
     extra: dict[str, str] | None = None,
 ) -> Response:
-    response = StreamingResponse(body, status_code=upstream.status_code)
+    response = _UpstreamStreamingResponse(upstream, body)
     response.raw_headers = raw_headers(upstream, decoded=decoded, extra=extra)
     return response

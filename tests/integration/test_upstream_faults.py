@@ -1,20 +1,28 @@
-"""Upstream errors, timeouts, broken streams and client disconnects, over real sockets."""
+"""Upstream errors, timeouts, broken or malformed streams and client disconnects, over
+real sockets: what the client sees, what the upstream sees, and what memory keeps."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
+from functools import partial
 
 import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import GatewayFactory, sdk
+from tests.integration.conftest import GatewayFactory, say, sdk
 from tests.integration.test_memory_proxy import stored_log
-from tests.support.fake_upstream import FakeUpstream
+from tests.support.disconnects import RawChat, measure_disconnects
+from tests.support.fake_upstream import BIG_WORD, FakeUpstream
+from tests.support.resetting_upstream import ResettingUpstream
 from tests.support.servers import RedisProcess, ServerThread, free_port
 
 pytestmark = pytest.mark.integration
+
+WHOLE_TURN = [("user", "hi there"), ("assistant", "ack: hi there")]
 
 
 def chat(
@@ -32,9 +40,34 @@ def chat(
     )
 
 
+def data_events(response: httpx.Response) -> list[str]:
+    return [line[6:] for line in response.text.split("\n") if line.startswith("data: ")]
+
+
+def turns(redis_server: RedisProcess, key: str, session: str) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in stored_log(redis_server, key, session)]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+# --- Upstream errors ----------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_errors_pass_through_with_status_body_and_retry_after(
-    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str, stream: bool
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+    stream: bool,
 ) -> None:
     failed = chat(gateway, api_key, session_id, "error-500", stream=stream)
     assert failed.status_code == 500
@@ -43,15 +76,44 @@ def test_upstream_errors_pass_through_with_status_body_and_retry_after(
     assert limited.status_code == 429
     assert limited.headers["retry-after"] == "7"
     assert limited.json()["error"]["type"] == "rate_limit_error"
+    html = chat(gateway, api_key, session_id, "error-html", stream=stream)
+    assert html.status_code == 503
+    assert html.headers["content-type"].startswith("text/html")
+    assert "503 Service Unavailable" in html.text
+    assert len(fake_upstream.chat_requests()) == 3  # one each: nothing retried
     assert stored_log(redis_server, api_key, session_id) == []  # no half turn recorded
 
 
-def test_sdk_sees_rate_limit_error(gateway: ServerThread, api_key: str, session_id: str) -> None:
-    with pytest.raises(openai.RateLimitError) as raised:
-        sdk(gateway, api_key, session_id).chat.completions.create(
-            model="rate-limit", messages=[{"role": "user", "content": "x"}]
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("model", "exception", "status"),
+    [
+        ("rate-limit", openai.RateLimitError, 429),
+        ("error-500", openai.InternalServerError, 500),
+        ("error-html", openai.InternalServerError, 503),
+    ],
+)
+def test_sdk_sees_the_upstream_error(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    api_key: str,
+    session_id: str,
+    model: str,
+    exception: type[openai.APIStatusError],
+    status: int,
+    stream: bool,
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    with pytest.raises(exception) as raised:
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "x"}], stream=stream
         )
-    assert raised.value.response.headers["retry-after"] == "7"
+    assert raised.value.status_code == status
+    if model == "rate-limit":
+        assert raised.value.response.headers["retry-after"] == "7"
+    if model == "error-html":
+        assert "503 Service Unavailable" in raised.value.response.text
+    assert len(fake_upstream.chat_requests()) == 1
 
 
 def test_connect_failure_is_a_clear_502(
@@ -63,21 +125,74 @@ def test_connect_failure_is_a_clear_502(
     assert response.json()["error"]["code"] == "upstream_unreachable"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_connection_reset_before_headers_is_a_502_and_not_retried(
+    make_gateway: GatewayFactory,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+    stream: bool,
+) -> None:
+    with ResettingUpstream() as upstream:
+        gateway = make_gateway(upstream={"base_url": upstream.url})
+        response = chat(gateway, api_key, session_id, "fake-model", stream=stream)
+        assert response.status_code == 502
+        error = response.json()["error"]
+        assert error["type"] == "upstream_error"
+        assert error["code"] == "upstream_unreachable"
+        assert upstream.connections == 1
+    assert stored_log(redis_server, api_key, session_id) == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_first_byte_timeout_is_a_504(
-    make_gateway: GatewayFactory, api_key: str, session_id: str
+    make_gateway: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    api_key: str,
+    session_id: str,
+    stream: bool,
 ) -> None:
     gateway = make_gateway(upstream={"timeouts": {"first_byte_s": 0.5}})
     start = time.monotonic()
-    response = chat(gateway, api_key, session_id, "slow-first-byte", stream=True)
+    response = chat(gateway, api_key, session_id, "slow-first-byte", stream=stream)
     elapsed = time.monotonic() - start
     assert response.status_code == 504
     assert response.json()["error"]["type"] == "upstream_timeout"
     assert elapsed < 2.5
+    # The gateway hung up on the upstream: the call ends there, not 3 s later.
+    assert wait_for(lambda: bool(fake_upstream.disconnects), timeout=1.5)
+    assert len(fake_upstream.chat_requests()) == 1
 
 
-@pytest.mark.parametrize("model", ["stall-stream", "break-stream"])
+def test_an_upstream_that_does_not_stream_when_asked_is_a_502(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    response = chat(gateway, api_key, session_id, "not-sse", stream=True)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "upstream_not_streaming"
+    assert "application/json" in error["message"]
+    assert stored_log(redis_server, api_key, session_id) == []
+    with pytest.raises(openai.InternalServerError):
+        sdk(gateway, api_key, session_id).chat.completions.create(
+            model="not-sse", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+    # Not streamed, the same upstream answer is a plain completion and is recorded.
+    assert chat(gateway, api_key, session_id, "not-sse").json()["choices"][0]["message"]
+    assert turns(redis_server, api_key, session_id) == WHOLE_TURN
+
+
+# --- Streams that break after the first byte ----------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["stall-stream", "break-stream", "sse-truncated"])
 def test_stream_that_breaks_ends_with_an_error_event_and_records_nothing(
     make_gateway: GatewayFactory,
+    fake_upstream: FakeUpstream,
     redis_server: RedisProcess,
     api_key: str,
     session_id: str,
@@ -86,52 +201,185 @@ def test_stream_that_breaks_ends_with_an_error_event_and_records_nothing(
     gateway = make_gateway(upstream={"timeouts": {"idle_s": 0.5}})
     response = chat(gateway, api_key, session_id, model, stream=True)
     assert response.status_code == 200
-    events = [line[6:] for line in response.text.split("\n") if line.startswith("data: ")]
+    events = data_events(response)
     assert "[DONE]" not in events
+    assert json.loads(events[1])["choices"][0]["delta"]["content"] == "ack:"  # relayed first
     error = json.loads(events[-1])["error"]
-    assert error["code"] == (
-        "upstream_timeout" if model == "stall-stream" else "upstream_stream_broken"
+    assert (
+        error["code"]
+        == {
+            "stall-stream": "upstream_timeout",
+            "break-stream": "upstream_stream_broken",
+            "sse-truncated": "upstream_stream_incomplete",
+        }[model]
     )
+    assert error["type"] == "upstream_error"
+    assert len(fake_upstream.chat_requests()) == 1  # no retry once bytes reached the client
     assert stored_log(redis_server, api_key, session_id) == []
 
 
-def test_malformed_sse_is_relayed_without_crashing(
-    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+@pytest.mark.parametrize("model", ["stall-stream", "break-stream", "sse-truncated"])
+def test_sdk_raises_on_a_broken_stream(
+    make_gateway: GatewayFactory, api_key: str, session_id: str, model: str
 ) -> None:
-    response = chat(gateway, api_key, session_id, "malformed-sse", stream=True)
+    gateway = make_gateway(upstream={"timeouts": {"idle_s": 0.5}})
+    stream = sdk(gateway, api_key, session_id).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi there"}], stream=True
+    )
+    received: list[str] = []
+    with pytest.raises(openai.APIError) as raised:
+        for chunk in stream:
+            received.append(chunk.choices[0].delta.content or "")
+    assert "".join(received) == "ack: hi"
+    assert isinstance(raised.value.body, dict) and raised.value.body["type"] == "upstream_error"
+
+
+# --- Malformed streams --------------------------------------------------------------------
+
+# What the gateway records for each malformed stream (the bytes are relayed untouched):
+# only an answer it could read whole, from a stream that ended cleanly.
+MALFORMED: dict[str, bool] = {
+    "malformed-sse": False,  # a data line of broken JSON: the SDK raises on it
+    "sse-noise": True,  # comments and non-field lines: ignored, per the SSE spec
+    "sse-garbage-bytes": False,  # not UTF-8: the SDK raises on it
+    "sse-invalid-utf8": False,  # content that is not UTF-8
+    "sse-huge-line": False,  # a 3 MiB line: dropped by the decoder, not buffered
+    "sse-big-chunk": True,  # a 512 KiB word in one chunk: within the limit
+    "sse-no-done": True,  # a finish_reason, then a clean close without [DONE]
+}
+
+
+@pytest.mark.parametrize("model", list(MALFORMED))
+def test_malformed_stream_is_relayed_untouched_and_recorded_only_if_readable(
+    gateway: ServerThread,
+    upstream_url: str,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+    model: str,
+) -> None:
+    direct = httpx.post(
+        upstream_url + "/chat/completions",
+        json={
+            "model": model,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi there"}],
+        },
+        timeout=20,
+    )
+    response = chat(gateway, api_key, session_id, model, stream=True)
     assert response.status_code == 200
-    assert "this line is not sse" in response.text and response.text.endswith("data: [DONE]\n\n")
-    assert [m["content"] for m in stored_log(redis_server, api_key, session_id)] == [
-        "hi there",
-        "ack: hi there",
-    ]
+    # Byte for byte what the upstream sent (its completion ids aside).
+    assert _without_ids(response.content) == _without_ids(direct.content)
+    assert not any('"error"' in event for event in data_events(response))
+    answer = "ack: hi there" + (f" {BIG_WORD}" if model == "sse-big-chunk" else "")
+    expected = [("user", "hi there"), ("assistant", answer)] if MALFORMED[model] else []
+    assert turns(redis_server, api_key, session_id) == expected
+    # The gateway is still serving.
+    assert say(sdk(gateway, api_key, session_id + "-next"), "still there?") == "ack: still there?"
 
 
-def test_client_disconnect_mid_stream_cancels_upstream_and_records_nothing(
+def _without_ids(body: bytes) -> bytes:
+    return re.sub(rb"chatcmpl-\d+", b"chatcmpl-N", body)
+
+
+# --- Clients that leave -------------------------------------------------------------------
+
+
+def _raw_chat(gateway: ServerThread, key: str, session: str, model: str, stream: bool) -> RawChat:
+    body = {
+        "model": model,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "a b c d e"}],
+    }
+    headers = {"Authorization": f"Bearer {key}", "X-Session-Id": session}
+    return RawChat(gateway.url, body, headers)
+
+
+@pytest.mark.parametrize(
+    ("model", "stream"),
+    [
+        ("slow-first-byte", True),  # no headers yet
+        ("slow-first-byte", False),  # a non-streamed request, waiting for its answer
+        ("slow-first-chunk", True),  # headers, no chunk yet
+        ("slow-stream", True),  # mid-stream
+    ],
+)
+def test_client_leaving_cancels_the_upstream_within_a_second_and_records_nothing(
     gateway: ServerThread,
     fake_upstream: FakeUpstream,
     redis_server: RedisProcess,
     api_key: str,
     session_id: str,
+    model: str,
+    stream: bool,
 ) -> None:
-    body = {
-        "model": "slow-stream",
-        "stream": True,
-        "messages": [{"role": "user", "content": "a b c d e"}],
-    }
-    headers = {"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id}
-    with (
-        httpx.Client() as client,
-        client.stream(
-            "POST", gateway.url + "/v1/chat/completions", json=body, headers=headers
-        ) as response,
-    ):
-        next(response.iter_raw())
-        left_at = time.monotonic()
-    deadline = time.monotonic() + 3
-    while not fake_upstream.disconnects and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert fake_upstream.disconnects, "the upstream stream was not cancelled"
-    assert fake_upstream.disconnects[0][0] - left_at < 1.0
+    client = _raw_chat(gateway, api_key, session_id, model, stream)
+    if model == "slow-first-chunk":
+        assert client.read_until(RawChat.has_head)
+    if model == "slow-stream":
+        assert client.read_until(lambda c: len(c.events()) >= 2)
+    assert wait_for(lambda: bool(fake_upstream.in_flight))  # the upstream is at work
+    time.sleep(0.2)
+    left_at = client.leave()
+    assert wait_for(lambda: bool(fake_upstream.disconnects)), "the upstream was not cancelled"
+    assert fake_upstream.disconnects[0].at - left_at < 1.0
+    assert not fake_upstream.in_flight
+    assert len(fake_upstream.chat_requests()) == 1
     time.sleep(0.2)
     assert stored_log(redis_server, api_key, session_id) == []
+
+
+def _ended(fake: FakeUpstream, prompt: str) -> bool:
+    return not any(call.prompt == prompt for call in list(fake.in_flight))
+
+
+def test_leaving_around_the_end_records_the_whole_turn_or_nothing(
+    gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str
+) -> None:
+    """The client leaves after the last content chunk, at times around ``[DONE]``.
+
+    ``slow-done`` sends ``[DONE]`` 0.3 s after the finish_reason chunk. The recording is
+    shielded and atomic: each run's memory holds both messages, the answer whole, or
+    nothing — and a client that received ``[DONE]`` always finds its turn.
+    """
+    offsets = [i * 0.03 for i in range(10)] + [0.27 + i * 0.005 for i in range(15)]
+    outcomes: list[str] = []
+    for run, offset in enumerate([*offsets, None, None, None, None, None]):
+        session = f"sess-end-race-{run}-{time.monotonic_ns()}"
+        text = f"end race {run}"
+        body = {
+            "model": "slow-done",
+            "stream": True,
+            "messages": [{"role": "user", "content": text}],
+        }
+        client = RawChat(
+            gateway.url, body, {"Authorization": f"Bearer {api_key}", "X-Session-Id": session}
+        )
+        assert client.read_until(lambda c: '"finish_reason": "stop"' in c.body.decode())
+        if offset is None:
+            assert client.read_until(lambda c: "[DONE]" in c.events())
+        else:
+            time.sleep(offset)
+        saw_done = "[DONE]" in client.events()
+        client.leave()
+        assert wait_for(partial(_ended, fake_upstream, text))
+        time.sleep(0.1)  # a recording under way finishes (it is shielded)
+        log = [(m["role"], m["content"]) for m in stored_log(redis_server, api_key, session)]
+        whole = [("user", text), ("assistant", f"ack: {text}")]
+        assert log in ([], whole), f"run {run} (offset {offset}): {log}"
+        if saw_done:
+            assert log == whole, f"run {run}: [DONE] reached the client, the turn did not"
+        outcomes.append("whole" if log else "nothing")
+    # The runs did straddle the race: some left before [DONE] was sent, some after.
+    assert "whole" in outcomes and "nothing" in outcomes, outcomes
+
+
+def test_repeated_disconnects_cancel_the_upstream_fast_and_orphan_nothing(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str
+) -> None:
+    report = measure_disconnects(gateway.url, fake_upstream, api_key=api_key, runs=50)
+    print(report.summary())
+    assert report.orphans == 0, report.summary()
+    assert len(report.latencies_s) >= 40, report.summary()  # measured, not skipped
+    assert report.p99 < 1.0, report.summary()

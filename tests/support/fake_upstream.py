@@ -8,16 +8,30 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
     slow-stream      five chunks 0.3 s apart
     tool-caller      calls get_weather, then answers from the tool result
     error-500        500 with an OpenAI error body
+    error-html       503 with an HTML body, as a load balancer in front would send
     rate-limit       429 with Retry-After: 7
-    slow-first-byte  waits 3 s before answering
+    slow-first-byte  waits 3 s before the response headers (a client leaving is noticed)
+    slow-first-chunk headers at once, then 3 s before the first chunk
+    slow-done        the whole answer, then 0.3 s before ``[DONE]``
     stall-stream     two chunks, then silence for 30 s
     break-stream     two chunks, then the connection is cut
-    malformed-sse    garbage lines mixed into a valid stream
+    not-sse          a JSON completion even when asked to stream
+    malformed-sse    a data line of broken JSON and a line that is no SSE field, mixed in
+    sse-noise        comments, unknown fields and lines that are no SSE field, mixed in
+    sse-garbage-bytes  a line of binary garbage (not UTF-8) mixed in
+    sse-invalid-utf8   a content chunk whose text is not UTF-8
+    sse-huge-line    a 3 MiB data line mixed in
+    sse-big-chunk    the answer with a 512 KiB word, in one chunk
+    sse-no-done      ends with a finish_reason but no ``[DONE]``
+    sse-truncated    two chunks, then a clean close: no finish_reason, no ``[DONE]``
     fake-summarizer  a deterministic, valid answer to each summarizer prompt (by its
                      ``[memory-gateway:<kind>]`` marker), extracted from the prompt
     broken-summarizer  an invalid summary ("Certainly! Here's a poem: ...") for every kind
     slow-summarizer  fake-summarizer's answers, each after SLOW_SUMMARIZER_S seconds (a
                      summarization job kept in flight)
+
+Every chat call is in ``in_flight`` until its response has ended; one that ended before
+its answer did (the gateway went away, or the stream was cut) is in ``disconnects``.
 """
 
 from __future__ import annotations
@@ -30,12 +44,13 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from gateway.memory.summary_rules import SECTIONS
 
@@ -52,11 +67,58 @@ class SeenRequest:
         return json.loads(self.body)
 
 
+class Disconnect(NamedTuple):
+    at: float  # time.monotonic() when the fake noticed its caller was gone
+    model: str
+    prompt: str  # the text of the last message, to tell calls apart
+
+
+@dataclass(eq=False)
+class ChatCall:
+    model: str
+    prompt: str
+    finished: bool = False  # the whole answer was handed to the server
+
+
+# The bytes some models slip into an otherwise valid stream after its first word.
+_INJECTED = {
+    "malformed-sse": b"data: {not json\n\nthis line is not sse\n\n: comment\n\n",
+    "sse-noise": b"this line is not sse\n: comment\nevent: ping\nid: 3\n\n",
+    "sse-garbage-bytes": b"\x00\xff\xfe\x80 garbage \x9c\x00\n\n",
+    "sse-invalid-utf8": b'data: {"choices":[{"index":0,"delta":{"content":" \xff\xfe"},'
+    b'"finish_reason":null}]}\n\n',
+    "sse-huge-line": b"data: " + b"x" * (3 << 20) + b"\n\n",
+}
+BIG_WORD = "w" * (512 << 10)
+
+
+class _Tracked:
+    """Runs a response, then tells the fake that the call is over, however it ended."""
+
+    def __init__(self, response: Response, call: ChatCall, fake: FakeUpstream) -> None:
+        self.response, self.call, self.fake = response, call, fake
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.fake.in_flight.discard(self.call)
+            if not self.call.finished:
+                self.fake.disconnects.append(
+                    Disconnect(time.monotonic(), self.call.model, self.call.prompt)
+                )
+
+
+async def _client_left(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 @dataclass
 class FakeUpstream:
     requests: list[SeenRequest] = field(default_factory=list)
-    # (monotonic time the stream noticed the client was gone, model)
-    disconnects: list[tuple[float, str]] = field(default_factory=list)
+    disconnects: list[Disconnect] = field(default_factory=list)
+    in_flight: set[ChatCall] = field(default_factory=set)
     completed_streams: int = 0
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -135,9 +197,26 @@ class FakeUpstream:
     async def chat(self, request: Request) -> Response:
         seen = await self._seen(request)
         body = seen.json()
-        model = body.get("model", "fake-model")
+        call = ChatCall(body.get("model", "fake-model"), _text(body["messages"][-1]))
+        self.in_flight.add(call)
+        try:
+            response = await self._chat(request, body, call)
+        except BaseException:
+            self.in_flight.discard(call)
+            raise
+        # Starlette awaits whatever the endpoint returns as an ASGI app.
+        return _Tracked(response, call, self)  # type: ignore[return-value]
+
+    async def _chat(self, request: Request, body: dict[str, Any], call: ChatCall) -> Response:
+        """The response for one chat call; ``call.finished`` once it holds the whole answer."""
+        model = call.model
         messages = body["messages"]
+        if model == "error-html":
+            call.finished = True
+            html = "<html><body><h1>503 Service Unavailable</h1></body></html>"
+            return Response(html, status_code=503, media_type="text/html")
         if model == "error-500":
+            call.finished = True
             return JSONResponse(
                 {
                     "error": {
@@ -150,6 +229,7 @@ class FakeUpstream:
                 status_code=500,
             )
         if model == "rate-limit":
+            call.finished = True
             return JSONResponse(
                 {
                     "error": {
@@ -163,12 +243,20 @@ class FakeUpstream:
                 headers={"retry-after": "7"},
             )
         if model == "slow-first-byte":
-            await asyncio.sleep(3)
+            try:
+                async with asyncio.timeout(3):
+                    await _client_left(request)
+                return Response(status_code=499)  # the caller left: nothing to answer
+            except TimeoutError:
+                pass
         if model == "slow-summarizer":
             await asyncio.sleep(SLOW_SUMMARIZER_S)
         answer, tool_calls = reply_to(messages, model)
+        if model == "sse-big-chunk":
+            answer = f"{answer} {BIG_WORD}"
         completion_id = f"chatcmpl-{next(self._ids)}"
-        if not body.get("stream"):
+        if not body.get("stream") or model == "not-sse":
+            call.finished = True
             message: dict[str, Any] = {"role": "assistant", "content": answer}
             if tool_calls:
                 message["tool_calls"] = tool_calls
@@ -193,19 +281,21 @@ class FakeUpstream:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return self._cookie(
             StreamingResponse(
-                self._stream(completion_id, model, answer, tool_calls, include_usage),
+                self._stream(call, completion_id, answer, tool_calls, include_usage),
                 media_type="text/event-stream",
             )
         )
 
     async def _stream(
         self,
+        call: ChatCall,
         completion_id: str,
-        model: str,
         answer: str | None,
         tool_calls: list[dict[str, Any]] | None,
         include_usage: bool,
     ) -> AsyncIterator[bytes]:
+        model = call.model
+
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             data = {
                 "id": completion_id,
@@ -217,44 +307,44 @@ class FakeUpstream:
             return f"data: {json.dumps(data)}\n\n".encode()
 
         delay = 0.3 if model == "slow-stream" else 0.0
-        finished = False
-        try:
-            yield chunk({"role": "assistant", "content": ""})
-            if tool_calls:
-                for i, call in enumerate(tool_calls):
-                    args = call["function"]["arguments"]
-                    name = call["function"]["name"]
-                    head = {"index": i, "id": call["id"], "type": "function",
-                            "function": {"name": name, "arguments": ""}}  # fmt: skip
-                    yield chunk({"tool_calls": [head]})
-                    for piece in (args[: len(args) // 2], args[len(args) // 2 :]):
-                        yield chunk(
-                            {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}
-                        )
-            else:
-                words = (answer or "").split(" ")
-                for n, word in enumerate(words):
-                    if model == "malformed-sse" and n == 1:
-                        yield b"data: {not json\n\nthis line is not sse\n\n: comment\n\n"
-                    yield chunk({"content": word if n == 0 else " " + word})
-                    if model in ("stall-stream", "break-stream") and n == 1:
-                        if model == "stall-stream":
-                            await asyncio.sleep(30)
-                        raise ConnectionAbortedError("fake upstream cuts the stream")
-                    if delay:
-                        await asyncio.sleep(delay)
-            yield chunk({}, "tool_calls" if tool_calls else "stop")
-            if include_usage:
-                usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-                data = {"id": completion_id, "object": "chat.completion.chunk", "created": 0,
-                        "model": model, "choices": [], "usage": usage}  # fmt: skip
-                yield f"data: {json.dumps(data)}\n\n".encode()
+        if model == "slow-first-chunk":
+            await asyncio.sleep(3)
+        yield chunk({"role": "assistant", "content": ""})
+        if tool_calls:
+            for i, tool_call in enumerate(tool_calls):
+                args = tool_call["function"]["arguments"]
+                name = tool_call["function"]["name"]
+                head = {"index": i, "id": tool_call["id"], "type": "function",
+                        "function": {"name": name, "arguments": ""}}  # fmt: skip
+                yield chunk({"tool_calls": [head]})
+                for piece in (args[: len(args) // 2], args[len(args) // 2 :]):
+                    yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+        else:
+            words = (answer or "").split(" ")
+            for n, word in enumerate(words):
+                if n == 1 and model in _INJECTED:
+                    yield _INJECTED[model]
+                yield chunk({"content": word if n == 0 else " " + word})
+                if n == 1 and model == "sse-truncated":
+                    return
+                if n == 1 and model in ("stall-stream", "break-stream"):
+                    if model == "stall-stream":
+                        await asyncio.sleep(30)
+                    raise ConnectionAbortedError("fake upstream cuts the stream")
+                if delay:
+                    await asyncio.sleep(delay)
+        yield chunk({}, "tool_calls" if tool_calls else "stop")
+        if include_usage:
+            usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            data = {"id": completion_id, "object": "chat.completion.chunk", "created": 0,
+                    "model": model, "choices": [], "usage": usage}  # fmt: skip
+            yield f"data: {json.dumps(data)}\n\n".encode()
+        if model == "slow-done":
+            await asyncio.sleep(0.3)
+        if model != "sse-no-done":
             yield b"data: [DONE]\n\n"
-            finished = True
-            self.completed_streams += 1
-        finally:
-            if not finished:
-                self.disconnects.append((time.monotonic(), model))
+        call.finished = True
+        self.completed_streams += 1
 
 
 _ASK = re.compile(r"what is my ([a-z ]+?)\?", re.I)
