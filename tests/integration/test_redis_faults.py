@@ -190,6 +190,30 @@ def test_partitioned_redis_degrades_within_the_deadline_then_resumes(
     print(f"\n{_report('redis black-holed mid-session (degraded)', timings)}")
 
 
+def test_fail_closed_refuses_a_partitioned_redis_within_the_deadline(
+    make_gateway: GatewayFactory, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "what is my tea?"}]}
+    with proxy_to(redis_server.port) as proxy:
+        gateway = make_gateway(redis_url=proxy.url, redis={"on_failure": "closed"})
+        with _gateway_client(gateway, api_key, session_id) as client:
+            assert _timed_asks(client, 1, "remember: my tea is matcha")[1] == {"ok"}
+            proxy.black_hole = True
+            timings = []
+            for _ in range(5):
+                start = time.monotonic()
+                response = client.post("/v1/chat/completions", json=body)
+                timings.append(time.monotonic() - start)
+                assert response.status_code == 503
+                assert response.json()["error"]["type"] == "memory_unavailable"
+            assert max(timings) < DEADLINE_S + MARGIN_S, _report("fail-closed", timings)
+            proxy.black_hole = False
+            response = client.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200
+            assert response.json()["choices"][0]["message"]["content"] == "Your tea is matcha."
+    print(f"\n{_report('redis black-holed, fail-closed (503)', timings)}")
+
+
 # --- Redis killed under load ---------------------------------------------------------------
 
 
@@ -310,6 +334,7 @@ def test_redis_killed_and_restarted_under_load_fails_open_then_resumes(
             redis_server.stop(signal.SIGKILL)
             killed = time.monotonic()
             load.wait_for(lambda a: a.sent > killed, 12, timeout=60)
+            time.sleep(0.5)  # down for a while, under load
             redis_server.start()  # same port, same AOF directory
             up = time.monotonic()
             load.wait_for(lambda a: a.sent >= up and _ok(a), 30, timeout=60)
@@ -341,7 +366,9 @@ def test_redis_killed_and_restarted_under_load_fails_open_then_resumes(
         acknowledged, missing, _ = _acknowledged_but_not_stored_once(load)
         assert missing == []
     memory = Counter(a.memory for a in answers)
+    late = sum(1 for a in answers if a.sent >= up and not _ok(a))
     print(f"\nkill -9 under load: {len(answers)} answers {dict(memory)}, {acknowledged} acked")
+    print(f"degraded answers sent after redis was back: {late}")
     print(_report("degraded while redis was down", outage_times))
     print(f"first ok answer {recovered * 1000:.0f} ms after redis answered again")
 
