@@ -11,19 +11,22 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-import statistics
-import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import httpx
 import pytest
 
 from tests.integration.conftest import GatewayFactory, Memory, build_settings, say, sdk
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.load import (
+    Load,
+    acknowledged,
+    acknowledged_but_not_stored_once,
+    gateway_client,
+    report,
+    timed_asks,
+)
 from tests.support.servers import RedisProcess, ServerThread, free_port, running_redis
 from tests.support.tcp_proxy import proxy_to
 
@@ -104,54 +107,25 @@ def test_black_holed_redis_is_bounded_by_the_deadline(
 # --- slow and partitioned Redis, through a real TCP proxy --------------------------------
 
 
-def _timed_asks(client: httpx.Client, n: int, question: str) -> tuple[list[float], set[str]]:
-    """Send ``question`` n times; the latencies and the memory statuses seen."""
-    timings, statuses = [], set()
-    for _ in range(n):
-        start = time.monotonic()
-        response = client.post(
-            "/v1/chat/completions",
-            json={"model": "fake-model", "messages": [{"role": "user", "content": question}]},
-        )
-        timings.append(time.monotonic() - start)
-        assert response.status_code == 200, response.text
-        statuses.add(response.headers["x-memory-status"])
-    return timings, statuses
-
-
-def _report(label: str, timings: list[float]) -> str:
-    ordered = sorted(timings)
-    p50 = statistics.median(ordered)
-    return f"{label}: n={len(ordered)} p50={p50 * 1000:.0f} ms max={ordered[-1] * 1000:.0f} ms"
-
-
-def _gateway_client(gateway: ServerThread, key: str, session: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=gateway.url,
-        headers={"Authorization": f"Bearer {key}", "X-Session-Id": session},
-        timeout=30,
-    )
-
-
 def test_slow_redis_degrades_within_the_deadline_and_memory_resumes(
     make_gateway: GatewayFactory, redis_server: RedisProcess, api_key: str, session_id: str
 ) -> None:
     question = "what is my tea?"
     with proxy_to(redis_server.port) as proxy:
         gateway = make_gateway(redis_url=proxy.url, redis={"timeout_ms": 100})
-        with _gateway_client(gateway, api_key, session_id) as client:
-            assert _timed_asks(client, 1, "remember: my tea is oolong")[1] == {"ok"}
+        with gateway_client(gateway, api_key, session_id) as client:
+            assert timed_asks(client, 1, "remember: my tea is oolong")[1] == {"ok"}
 
             # Slower than usual but inside the deadline: memory still works.
             proxy.delay_s = 0.02
-            under, statuses = _timed_asks(client, 5, question)
+            under, statuses = timed_asks(client, 5, question)
             assert statuses == {"ok"}
 
             # Every reply later than the deadline: answered without memory, in time.
             proxy.delay_s = 0.5
-            over, statuses = _timed_asks(client, 10, question)
+            over, statuses = timed_asks(client, 10, question)
             assert statuses == {"degraded"}
-            assert max(over) < DEADLINE_S + MARGIN_S, _report("over", over)
+            assert max(over) < DEADLINE_S + MARGIN_S, report("over", over)
 
             # Back to normal on the same pooled connections: late replies to the
             # abandoned commands must not be read as answers to new ones.
@@ -162,8 +136,8 @@ def test_slow_redis_degrades_within_the_deadline_and_memory_resumes(
             )
             assert response.headers["x-memory-status"] == "ok"
             assert response.json()["choices"][0]["message"]["content"] == "Your tea is oolong."
-    print(f"\n{_report('redis 20 ms slow (ok)', under)}")
-    print(_report("redis 500 ms slow (degraded, 100 ms deadline)", over))
+    print(f"\n{report('redis 20 ms slow (ok)', under)}")
+    print(report("redis 500 ms slow (degraded, 100 ms deadline)", over))
 
 
 def test_partitioned_redis_degrades_within_the_deadline_then_resumes(
@@ -171,12 +145,12 @@ def test_partitioned_redis_degrades_within_the_deadline_then_resumes(
 ) -> None:
     with proxy_to(redis_server.port) as proxy:
         gateway = make_gateway(redis_url=proxy.url, redis={"timeout_ms": 100})
-        with _gateway_client(gateway, api_key, session_id) as client:
-            assert _timed_asks(client, 1, "remember: my tea is sencha")[1] == {"ok"}
+        with gateway_client(gateway, api_key, session_id) as client:
+            assert timed_asks(client, 1, "remember: my tea is sencha")[1] == {"ok"}
             proxy.black_hole = True  # open connections go silent, new ones too
-            timings, statuses = _timed_asks(client, 10, "what is my tea?")
+            timings, statuses = timed_asks(client, 10, "what is my tea?")
             assert statuses == {"degraded"}
-            assert max(timings) < DEADLINE_S + MARGIN_S, _report("black hole", timings)
+            assert max(timings) < DEADLINE_S + MARGIN_S, report("black hole", timings)
             proxy.black_hole = False
             response = client.post(
                 "/v1/chat/completions",
@@ -187,7 +161,7 @@ def test_partitioned_redis_degrades_within_the_deadline_then_resumes(
             )
             assert response.headers["x-memory-status"] == "ok"
             assert response.json()["choices"][0]["message"]["content"] == "Your tea is sencha."
-    print(f"\n{_report('redis black-holed mid-session (degraded)', timings)}")
+    print(f"\n{report('redis black-holed mid-session (degraded)', timings)}")
 
 
 def test_fail_closed_refuses_a_partitioned_redis_within_the_deadline(
@@ -196,8 +170,8 @@ def test_fail_closed_refuses_a_partitioned_redis_within_the_deadline(
     body = {"model": "fake-model", "messages": [{"role": "user", "content": "what is my tea?"}]}
     with proxy_to(redis_server.port) as proxy:
         gateway = make_gateway(redis_url=proxy.url, redis={"on_failure": "closed"})
-        with _gateway_client(gateway, api_key, session_id) as client:
-            assert _timed_asks(client, 1, "remember: my tea is matcha")[1] == {"ok"}
+        with gateway_client(gateway, api_key, session_id) as client:
+            assert timed_asks(client, 1, "remember: my tea is matcha")[1] == {"ok"}
             proxy.black_hole = True
             timings = []
             for _ in range(5):
@@ -206,118 +180,15 @@ def test_fail_closed_refuses_a_partitioned_redis_within_the_deadline(
                 timings.append(time.monotonic() - start)
                 assert response.status_code == 503
                 assert response.json()["error"]["type"] == "memory_unavailable"
-            assert max(timings) < DEADLINE_S + MARGIN_S, _report("fail-closed", timings)
+            assert max(timings) < DEADLINE_S + MARGIN_S, report("fail-closed", timings)
             proxy.black_hole = False
             response = client.post("/v1/chat/completions", json=body)
             assert response.status_code == 200
             assert response.json()["choices"][0]["message"]["content"] == "Your tea is matcha."
-    print(f"\n{_report('redis black-holed, fail-closed (503)', timings)}")
+    print(f"\n{report('redis black-holed, fail-closed (503)', timings)}")
 
 
 # --- Redis killed under load ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    client: int
-    text: str  # the user message sent
-    status: int
-    memory: str  # X-Memory-Status, "" when absent
-    sent: float
-    received: float
-
-
-@dataclass
-class Load:
-    """Concurrent single-message clients, one session each, until stopped."""
-
-    gateway: ServerThread
-    key: str
-    clients: int
-    answers: list[Answer] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-
-    run: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
-
-    def session(self, client: int) -> str:
-        return f"load-{self.run}-{client}"
-
-    def _run(self, client: int) -> None:
-        with _gateway_client(self.gateway, self.key, self.session(client)) as http:
-            n = 0
-            while not self._stop.is_set():
-                n += 1
-                text = f"turn {n} of client {client}"
-                body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
-                sent = time.monotonic()
-                try:
-                    response = http.post("/v1/chat/completions", json=body)
-                except httpx.HTTPError:
-                    status, memory = -1, ""  # no answer at all: counted as a failure
-                else:
-                    status, memory = (
-                        response.status_code,
-                        response.headers.get("x-memory-status", ""),
-                    )
-                self.answers.append(Answer(client, text, status, memory, sent, time.monotonic()))
-
-    def __enter__(self) -> Load:
-        self._threads = [
-            threading.Thread(target=self._run, args=(c,), daemon=True) for c in range(self.clients)
-        ]
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
-
-    def wait_for(self, predicate: Callable[[Answer], bool], count: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while sum(1 for a in list(self.answers) if predicate(a)) < count:
-            assert time.monotonic() < deadline, f"load did not reach {count} answers"
-            time.sleep(0.01)
-
-
-def _ok(answer: Answer) -> bool:
-    return answer.memory == "ok"
-
-
-def _stored_user_messages(gateway: ServerThread, key: str, session: str) -> list[str]:
-    """The session's whole log through the export API, as "role: content" lines."""
-    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {key}"}) as http:
-        response = http.get(f"/memory/sessions/{session}/export", timeout=30)
-    assert response.status_code == 200, response.text
-    return [f"{m['role']}: {m['content']}" for m in response.json()["messages"]]
-
-
-def _acknowledged_but_not_stored_once(load: Load) -> tuple[int, list[str], int]:
-    """(acknowledged turns, those not stored exactly once as a user+answer pair, in the
-    order sent, and the count of degraded turns that were stored anyway)."""
-    acknowledged, missing, stored_degraded = 0, [], 0
-    for client in range(load.clients):
-        log = _stored_user_messages(load.gateway, load.key, load.session(client))
-        counts = Counter(log)
-        position = -1
-        for answer in (a for a in load.answers if a.client == client):
-            user = f"user: {answer.text}"
-            if answer.memory != "ok":
-                stored_degraded += counts[user] > 0
-                continue
-            acknowledged += 1
-            where = log.index(user) if user in counts else -1
-            # Once, in the order sent, and followed by its own answer (appended together).
-            if (
-                counts[user] != 1
-                or where < position
-                or log[where + 1 : where + 2] != [f"assistant: ack: {answer.text}"]
-            ):
-                missing.append(user)
-            position = max(position, where)
-    return acknowledged, missing, stored_degraded
 
 
 def test_redis_killed_and_restarted_under_load_fails_open_then_resumes(
@@ -327,17 +198,17 @@ def test_redis_killed_and_restarted_under_load_fails_open_then_resumes(
         gateway = make_gateway(redis_url=redis_server.url)
         load = Load(gateway, api_key, clients=6)
         for client in range(load.clients):  # a pin: in every context, however long the log
-            with _gateway_client(gateway, api_key, load.session(client)) as http:
-                assert _timed_asks(http, 1, f"remember: my code is K{client}")[1] == {"ok"}
+            with gateway_client(gateway, api_key, load.session(client)) as http:
+                assert timed_asks(http, 1, f"remember: my code is K{client}")[1] == {"ok"}
         with load:
-            load.wait_for(_ok, 30, timeout=60)
+            load.wait_for(acknowledged, 30, timeout=60)
             redis_server.stop(signal.SIGKILL)
             killed = time.monotonic()
             load.wait_for(lambda a: a.sent > killed, 12, timeout=60)
             time.sleep(0.5)  # down for a while, under load
             redis_server.start()  # same port, same AOF directory
             up = time.monotonic()
-            load.wait_for(lambda a: a.sent >= up and _ok(a), 30, timeout=60)
+            load.wait_for(lambda a: a.sent >= up and acknowledged(a), 30, timeout=60)
 
         answers = list(load.answers)
         assert Counter(a.status for a in answers) == {200: len(answers)}  # no 5xx, no errors
@@ -346,13 +217,13 @@ def test_redis_killed_and_restarted_under_load_fails_open_then_resumes(
         assert outage
         assert {a.memory for a in outage} == {"degraded"}
         outage_times = [a.received - a.sent for a in outage]
-        assert max(outage_times) < DEADLINE_S + MARGIN_S, _report("outage", outage_times)
-        recovered = min(a.received for a in answers if a.sent >= up and _ok(a)) - up
+        assert max(outage_times) < DEADLINE_S + MARGIN_S, report("outage", outage_times)
+        recovered = min(a.received for a in answers if a.sent >= up and acknowledged(a)) - up
         assert recovered < 2.0, f"first ok answer {recovered:.3f} s after redis was back"
 
         # The same gateway, never restarted: memory from before the kill, and the jobs.
         for client in range(load.clients):
-            with _gateway_client(gateway, api_key, load.session(client)) as http:
+            with gateway_client(gateway, api_key, load.session(client)) as http:
                 response = http.post(
                     "/v1/chat/completions",
                     json={
@@ -363,13 +234,13 @@ def test_redis_killed_and_restarted_under_load_fails_open_then_resumes(
             assert response.headers["x-memory-status"] == "ok"
             assert response.json()["choices"][0]["message"]["content"] == f"Your code is K{client}."
             Memory(gateway, api_key, load.session(client)).flush()
-        acknowledged, missing, _ = _acknowledged_but_not_stored_once(load)
+        acked, missing, _ = acknowledged_but_not_stored_once(load)
         assert missing == []
     memory = Counter(a.memory for a in answers)
-    late = sum(1 for a in answers if a.sent >= up and not _ok(a))
-    print(f"\nkill -9 under load: {len(answers)} answers {dict(memory)}, {acknowledged} acked")
+    late = sum(1 for a in answers if a.sent >= up and not acknowledged(a))
+    print(f"\nkill -9 under load: {len(answers)} answers {dict(memory)}, {acked} acked")
     print(f"degraded answers sent after redis was back: {late}")
-    print(_report("degraded while redis was down", outage_times))
+    print(report("degraded while redis was down", outage_times))
     print(f"first ok answer {recovered * 1000:.0f} ms after redis answered again")
 
 
@@ -394,18 +265,18 @@ def test_aof_loses_no_acknowledged_turn_to_a_sigkill_under_load(
         gateway = make_gateway(redis_url=redis_server.url)
         load = Load(gateway, api_key, clients=8)
         with load:
-            load.wait_for(_ok, 120, timeout=60)
+            load.wait_for(acknowledged, 120, timeout=60)
             redis_server.stop(signal.SIGKILL)
             redis_server.start()  # same port, same AOF directory
             up = time.monotonic()
-            load.wait_for(lambda a: a.sent >= up and _ok(a), 40, timeout=60)
+            load.wait_for(lambda a: a.sent >= up and acknowledged(a), 40, timeout=60)
 
-        acknowledged, missing, stored_degraded = _acknowledged_but_not_stored_once(load)
-        before_kill = sum(1 for a in load.answers if _ok(a) and a.received < up)
+        acked, missing, stored_degraded = acknowledged_but_not_stored_once(load)
+        before_kill = sum(1 for a in load.answers if acknowledged(a) and a.received < up)
         assert before_kill >= 120
-        assert missing == [], f"{len(missing)} of {acknowledged} acknowledged turns lost"
+        assert missing == [], f"{len(missing)} of {acked} acknowledged turns lost"
     print(
-        f"\nAOF + kill -9 under load: {acknowledged} acknowledged turns "
+        f"\nAOF + kill -9 under load: {acked} acknowledged turns "
         f"({before_kill} before the kill), lost {len(missing)}; "
         f"{stored_degraded} degraded turns were stored anyway"
     )
@@ -492,8 +363,8 @@ def test_a_down_redis_does_not_hold_up_start_up(
     assert [r.levelno for r in records] == [logging.WARNING]
     assert "could not check" in records[0].getMessage()
     assert started < 5, f"start-up took {started:.1f} s"
-    with _gateway_client(gateway, api_key, "s-down") as http:
-        assert _timed_asks(http, 1, "hello")[1] == {"degraded"}
+    with gateway_client(gateway, api_key, "s-down") as http:
+        assert timed_asks(http, 1, "hello")[1] == {"degraded"}
 
 
 def test_the_embedded_redis_is_not_checked(
@@ -508,8 +379,8 @@ def test_the_embedded_redis_is_not_checked(
     settings = build_settings(upstream_url, "embedded")
     clients = build_clients(settings, redis_server.url)
     with ServerThread(clients.create_app(settings), on_stop=clients.aclose) as gateway:
-        with _gateway_client(gateway, api_key, "s-embedded") as http:
-            assert _timed_asks(http, 1, "hello")[1] == {"ok"}
+        with gateway_client(gateway, api_key, "s-embedded") as http:
+            assert timed_asks(http, 1, "hello")[1] == {"ok"}
         assert _durability_records(caplog, timeout=0.5) == []
 
 
