@@ -153,6 +153,17 @@ return 1
 """
 
 
+# KEYS: meta. ARGV: now. Marks the session ended only if it still exists: an end that
+# was in flight when the session was erased must not leave its meta hash behind.
+END_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'ended', ARGV[1])
+return 1
+"""
+
+
 # KEYS: lease. ARGV: holder. Releases the lease only if we still hold it.
 RELEASE_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -202,6 +213,7 @@ class RedisStore:
         self._record = client.register_script(RECORD_SCRIPT)
         self._write_tiers = client.register_script(WRITE_TIERS_SCRIPT)
         self._release = client.register_script(RELEASE_SCRIPT)
+        self._end = client.register_script(END_SCRIPT)
 
     async def _bounded(self, call: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
         try:
@@ -505,17 +517,33 @@ class RedisStore:
         raw: Any = await self._bounded(lambda: self.client.hgetall(keys.meta))
         return {k.decode(): v.decode() for k, v in raw.items()}
 
-    async def end_session(self, keys: SessionKeys, now: float) -> None:
-        await self._bounded(lambda: self.client.hset(keys.meta, "ended", repr(now)))
+    async def end_session(self, keys: SessionKeys, now: float) -> bool:
+        """Mark the session ended; False when it no longer exists (erased meanwhile)."""
+        return bool(await self._bounded(lambda: self._end(keys=[keys.meta], args=[repr(now)])))
 
     async def erase_session(self, keys: SessionKeys) -> bool:
-        """Delete every key of the session and its entry in its user's index."""
+        """Delete every key of the session, and what its user's memory holds of it."""
         meta = await self.meta(keys)
         deleted: int = await self._bounded(lambda: self.client.delete(*keys.all()))
         if meta.get("user_id"):
-            user = UserKeys(keys.tenant, meta["user_id"])
-            await self._bounded(lambda: self.client.srem(user.sessions, keys.session_id))
+            await self.forget_user_session(UserKeys(keys.tenant, meta["user_id"]), keys.session_id)
         return bool(deleted)
+
+    async def forget_user_session(self, user: UserKeys, session_id: str) -> None:
+        """Drop a session from its user's index and history. The profile was merged from
+        it and cannot be un-merged: it goes too, and the user's next ended session
+        rebuilds it from the history that is left."""
+        raw: Any = await self._bounded(lambda: self.client.lrange(user.history, 0, -1))
+        entries = [e for e in raw if json.loads(e).get("session_id") == session_id]
+
+        def build(pipe: Any) -> None:
+            pipe.srem(user.sessions, session_id)
+            for entry in entries:
+                pipe.lrem(user.history, 0, entry)
+            if entries:
+                pipe.delete(user.profile)
+
+        await self._pipeline(build)
 
     async def user_sessions(self, user: UserKeys) -> list[str]:
         raw: Any = await self._bounded(lambda: self.client.smembers(user.sessions))

@@ -3,10 +3,15 @@
 Every bearer key a test uses comes from ``api_key`` and is registered; when the session
 ends, every Redis key and value and every log record captured is scanned for those keys
 (and for any 8-character piece of one). Finding one fails the run.
+
+Message content must not be logged at INFO or above either: the same scan looks in every
+captured record of that level for every content the tests sent (``say``, ``Memory.add``
+and ``register_content`` register it) or that Redis still stores in a session's log.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import uuid
@@ -25,15 +30,27 @@ from tests.support.servers import RedisProcess, ServerThread
 pytestmark = pytest.mark.integration
 
 USED_KEYS: list[str] = []
+SENT_CONTENTS: set[str] = set()
+# Shorter contents ("ok", "hi") could turn up in a log line by chance.
+MIN_CONTENT_CHARS = 12
+
+
+def register_content(text: str) -> str:
+    """Remember a message content a test sends: no log record may repeat it."""
+    SENT_CONTENTS.add(text)
+    return text
 
 
 class _Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
         self.lines: list[str] = []
+        self.records: list[tuple[int, str]] = []  # (level, formatted record)
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
+        line = self.format(record)
+        self.lines.append(line)
+        self.records.append((record.levelno, line))
 
 
 def secret_pieces(key: str) -> set[str]:
@@ -46,6 +63,26 @@ def find_secrets(blobs: list[bytes | str], keys: list[str]) -> list[str]:
     for blob in blobs:
         text = blob.decode("utf-8", "replace") if isinstance(blob, bytes) else blob
         found += [piece for piece in pieces if piece in text]
+    return found
+
+
+def find_logged_contents(records: list[tuple[int, str]], contents: set[str]) -> list[str]:
+    """Contents (of at least ``MIN_CONTENT_CHARS``) that a record at INFO or above holds."""
+    wanted = {c.strip() for c in contents if len(c.strip()) >= MIN_CONTENT_CHARS}
+    return [c for level, line in records if level >= logging.INFO for c in wanted if c in line]
+
+
+def stored_contents(client: Any) -> set[str]:
+    """The text of every message Redis holds in a session's log."""
+    found: set[str] = set()
+    for key in client.scan_iter(match="mg:*:log", count=1000):
+        for raw in client.lrange(key, 0, -1):
+            content = json.loads(raw).get("content")
+            parts = content if isinstance(content, list) else [content]
+            for part in parts:
+                text = part.get("text") if isinstance(part, dict) else part
+                if isinstance(text, str):
+                    found.add(text)
     return found
 
 
@@ -92,8 +129,10 @@ def redis_server(log_capture: _Capture) -> Iterator[RedisProcess]:
         client = server.client()
         leaks = find_secrets(redis_dump(client), USED_KEYS)
         leaks += find_secrets(log_capture.lines, USED_KEYS)
+        logged = find_logged_contents(log_capture.records, SENT_CONTENTS | stored_contents(client))
         client.close()
         assert not leaks, f"bearer key material found in Redis or logs: {sorted(set(leaks))[:5]}"
+        assert not logged, f"message content logged at INFO or above: {sorted(set(logged))[:5]}"
     finally:
         server.cleanup()
 
@@ -206,7 +245,7 @@ def sdk(gateway: ServerThread, key: str, session: str | None, **headers: str) ->
 def say(client: openai.OpenAI, text: str, model: str = "fake-model") -> str:
     """Send one user message, as a single-message client does; return the answer's text."""
     answer = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": text}]
+        model=model, messages=[{"role": "user", "content": register_content(text)}]
     )
     return answer.choices[0].message.content or ""
 
@@ -228,7 +267,8 @@ class Memory:
         for _ in range(n):
             self.count += 1
             role = "user" if self.count % 2 else "assistant"
-            messages.append({"role": role, "content": text.format(i=self.count, t=self.count % 5)})
+            content = register_content(text.format(i=self.count, t=self.count % 5))
+            messages.append({"role": role, "content": content})
         response = self.http.post(self.base + "/messages", json={"messages": messages})
         assert response.status_code == 200, response.text
         assert response.json()["message_count"] == self.count
