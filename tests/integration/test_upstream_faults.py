@@ -7,6 +7,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import httpx
@@ -334,45 +335,100 @@ def _ended(fake: FakeUpstream, prompt: str) -> bool:
     return not any(call.prompt == prompt for call in list(fake.in_flight))
 
 
+@dataclass
+class _EndRun:
+    log: list[tuple[str, str]]  # the session's log once everything settled
+    whole: list[tuple[str, str]]  # what a recorded turn must be
+    log_at_done: list[tuple[str, str]] | None  # read the moment [DONE] reached the client
+
+
+def _leave_near_the_end(
+    gateway: ServerThread,
+    fake: FakeUpstream,
+    redis_server: RedisProcess,
+    key: str,
+    run: str,
+    *,
+    leave_after: float | None,
+    pause_writes_s: float = 0.0,
+) -> _EndRun:
+    """Read up to the finish_reason chunk, then leave ``leave_after`` s later (None: once
+    ``[DONE]`` arrives). ``pause_writes_s``: Redis refuses writes that long from then on,
+    so the recording, begun when ``[DONE]`` reaches the gateway, lasts until it ends."""
+    session = f"sess-end-{run}-{time.monotonic_ns()}"
+    text = f"end race {run}"
+    body = {"model": "slow-done", "stream": True, "messages": [{"role": "user", "content": text}]}
+    client = RawChat(gateway.url, body, {"Authorization": f"Bearer {key}", "X-Session-Id": session})
+    assert client.read_until(lambda c: '"finish_reason": "stop"' in c.body.decode())
+    resumed = time.monotonic() + pause_writes_s
+    if pause_writes_s:
+        admin = redis_server.client()
+        admin.execute_command("CLIENT", "PAUSE", int(pause_writes_s * 1000), "WRITE")
+        admin.close()
+    log_at_done = None
+    if leave_after is None:
+        assert client.read_until(lambda c: "[DONE]" in c.events())
+        log_at_done = turns(redis_server, key, session)
+    else:
+        time.sleep(leave_after)
+    client.leave()
+    assert wait_for(partial(_ended, fake, text))
+    time.sleep(max(0.0, resumed - time.monotonic()) + 0.1)  # a recording under way ends
+    whole = [("user", text), ("assistant", f"ack: {text}")]
+    return _EndRun(turns(redis_server, key, session), whole, log_at_done)
+
+
 def test_leaving_around_the_end_records_the_whole_turn_or_nothing(
     gateway: ServerThread, fake_upstream: FakeUpstream, redis_server: RedisProcess, api_key: str
 ) -> None:
-    """The client leaves after the last content chunk, at times around ``[DONE]``.
+    """30 clients leave after the last content chunk, at times around ``[DONE]``.
 
-    ``slow-done`` sends ``[DONE]`` 0.3 s after the finish_reason chunk. The recording is
-    shielded and atomic: each run's memory holds both messages, the answer whole, or
-    nothing — and a client that received ``[DONE]`` always finds its turn.
+    ``slow-done`` sends ``[DONE]`` 0.3 s after the finish_reason chunk. However the client
+    times its exit, memory holds the user message and the whole answer, or nothing; and a
+    client that received ``[DONE]`` finds its turn already there.
     """
-    offsets = [i * 0.03 for i in range(10)] + [0.27 + i * 0.005 for i in range(15)]
-    outcomes: list[str] = []
-    for run, offset in enumerate([*offsets, None, None, None, None, None]):
-        session = f"sess-end-race-{run}-{time.monotonic_ns()}"
-        text = f"end race {run}"
-        body = {
-            "model": "slow-done",
-            "stream": True,
-            "messages": [{"role": "user", "content": text}],
-        }
-        client = RawChat(
-            gateway.url, body, {"Authorization": f"Bearer {api_key}", "X-Session-Id": session}
+    outcomes = []
+    leave_after = [0.0, 0.1, 0.2, 0.25, 0.28, 0.29, 0.3, 0.31, 0.32, 0.35, 0.4, 0.5]
+    for run, after in enumerate([*leave_after, None, None, None]):
+        result = _leave_near_the_end(
+            gateway, fake_upstream, redis_server, api_key, f"free-{run}", leave_after=after
         )
-        assert client.read_until(lambda c: '"finish_reason": "stop"' in c.body.decode())
-        if offset is None:
-            assert client.read_until(lambda c: "[DONE]" in c.events())
-        else:
-            time.sleep(offset)
-        saw_done = "[DONE]" in client.events()
-        client.leave()
-        assert wait_for(partial(_ended, fake_upstream, text))
-        time.sleep(0.1)  # a recording under way finishes (it is shielded)
-        log = [(m["role"], m["content"]) for m in stored_log(redis_server, api_key, session)]
-        whole = [("user", text), ("assistant", f"ack: {text}")]
-        assert log in ([], whole), f"run {run} (offset {offset}): {log}"
-        if saw_done:
-            assert log == whole, f"run {run}: [DONE] reached the client, the turn did not"
-        outcomes.append("whole" if log else "nothing")
+        assert result.log in ([], result.whole), f"left after {after} s: {result.log}"
+        if after is None:
+            assert result.log_at_done == result.whole
+        outcomes.append(bool(result.log))
     # The runs did straddle the race: some left before [DONE] was sent, some after.
-    assert "whole" in outcomes and "nothing" in outcomes, outcomes
+    assert True in outcomes and False in outcomes, outcomes
+
+
+def test_leaving_while_the_turn_is_being_recorded_leaves_it_whole(
+    make_gateway: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+) -> None:
+    """Redis writes are paused for 0.8 s from the finish_reason chunk: the recording starts
+    when ``[DONE]`` reaches the gateway (0.3 s) and cannot end before 0.8 s. A client that
+    leaves in between must not cut it: recording is shielded, done whole once started."""
+    gateway = make_gateway(redis={"timeout_ms": 5000})
+    during = [0.4, 0.45, 0.5, 0.55, 0.6, 0.62, 0.65]
+    before = [0.0, 0.1, 0.2]
+    for run, after in enumerate([*before, *during, None, None, None, None, None]):
+        result = _leave_near_the_end(
+            gateway,
+            fake_upstream,
+            redis_server,
+            api_key,
+            f"paused-{run}",
+            leave_after=after,
+            pause_writes_s=0.8,
+        )
+        assert result.log in ([], result.whole), f"left after {after} s: {result.log}"
+        if after is None or after in during:
+            assert result.log == result.whole, f"left after {after} s: {result.log}"
+        if after is None:
+            # [DONE] waited for the recording: the turn was there when it arrived.
+            assert result.log_at_done == result.whole
 
 
 def test_repeated_disconnects_cancel_the_upstream_fast_and_orphan_nothing(
