@@ -138,7 +138,9 @@ class Upstream:
         request = self.client.build_request(
             method,
             url,
-            headers=list(headers),
+            # As bytes: a header the client sent with non-ASCII bytes (which the ASGI
+            # server decoded as latin-1) would make httpx's ASCII encoding fail, a 500.
+            headers=[(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers],
             content=content,
         )
         first_byte_s = self.config.timeouts.first_byte_s

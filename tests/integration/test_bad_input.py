@@ -12,6 +12,7 @@ import pytest
 
 from gateway.openapi import openapi_document
 from tests.integration.conftest import GatewayFactory, redis_dump
+from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
@@ -140,12 +141,15 @@ def test_utf8_session_ids_are_accepted(gateway: ServerThread, api_key: str) -> N
     assert reply.split(b"\r\n", 1)[0].endswith(b" 200 OK"), reply[:300]
 
 
-def raw_request(gateway: ServerThread, session: bytes, key: str = "sk-raw") -> bytes:
+def raw_request(
+    gateway: ServerThread, session: bytes | None, key: str = "sk-raw", extra: bytes = b""
+) -> bytes:
     """Send a request by hand: httpx refuses to put such bytes in a header."""
+    session_header = b"" if session is None else b"X-Session-Id: " + session + b"\r\n"
     request = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Authorization: Bearer " + key.encode() + b"\r\n"
-        b"X-Session-Id: " + session + b"\r\nContent-Length: " + str(len(VALID)).encode() + b"\r\n"
+        b"Authorization: Bearer " + key.encode() + b"\r\n" + session_header + extra + b""
+        b"Content-Length: " + str(len(VALID)).encode() + b"\r\n"
         b"Connection: close\r\n\r\n" + VALID
     )
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as sock:
@@ -220,6 +224,24 @@ def test_tool_results_sent_alone_must_answer_the_stored_call(
     )
     assert answered.status_code == 200, answered.text
     assert answered.json()["choices"][0]["message"]["content"] == "The tool said: 42"
+
+
+@pytest.mark.parametrize(
+    ("session", "extra"),
+    [
+        ("café".encode(), b"X-Memory-Mode: off\r\n"),  # forwarded as sent, memory off
+        (None, "X-Note: naïve\r\n".encode()),  # no session: passed through
+    ],
+)
+def test_non_ascii_headers_are_forwarded_upstream_as_sent(
+    gateway: ServerThread, fake_upstream: FakeUpstream, session: bytes | None, extra: bytes
+) -> None:
+    """These were a 500: httpx encodes str header values as ASCII."""
+    reply = raw_request(gateway, session, extra=extra)
+    assert reply.split(b"\r\n", 1)[0].endswith(b" 200 OK"), reply[:300]
+    seen = fake_upstream.chat_requests()[-1].headers
+    sent = (session or extra.split(b": ", 1)[1].strip()).decode("latin-1")
+    assert sent in seen.values()
 
 
 def test_an_endless_body_is_refused_before_it_ends(make_gateway: GatewayFactory) -> None:
