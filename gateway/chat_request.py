@@ -162,27 +162,60 @@ def open_tool_calls(messages: Sequence[Message]) -> frozenset[str]:
     return open_ids
 
 
+def _orphan(messages: Sequence[Message], open_ids: frozenset[str] | None) -> int | None:
+    """Position of the first tool message that answers no open call; None if all do."""
+    for i, message in enumerate(messages):
+        if message.role == "tool":
+            if message.tool_call_id is None:
+                return i
+            if open_ids is not None and message.tool_call_id not in open_ids:
+                return i
+        elif message.role not in PROMPT_ROLES:
+            open_ids = open_tool_calls([message])
+    return None
+
+
+def _orphan_error(message: Message, position: int) -> InvalidRequest:
+    param = f"messages.{position}.tool_call_id"
+    if message.tool_call_id is None:
+        return InvalidRequest(f"{param}: required for tool messages", param=param)
+    return InvalidRequest(
+        f"{param}: {message.tool_call_id!r} answers no tool call of the assistant message "
+        "before it",
+        param=param,
+    )
+
+
 def check_tool_results(messages: Sequence[Message], stored: Sequence[Message] | None) -> None:
     """Every tool message answers a call of the assistant message it follows.
 
-    ``stored`` is the end of the session's log, which tool results leading the request
-    answer (a client that sends only what is new); None where it is not known yet, and
-    those are then left for the check with the log.
+    ``stored`` is the end of the session's log, which tool results leading ``messages``
+    answer (an import that continues a session); None where it is not known: those are
+    then left for ``check_turn_tool_results``.
     """
-    open_ids = None if stored is None else open_tool_calls(stored)
-    for i, message in enumerate(messages):
-        if message.role == "tool":
-            param = f"messages.{i}.tool_call_id"
-            if message.tool_call_id is None:
-                raise InvalidRequest(f"{param}: required for tool messages", param=param)
-            if open_ids is not None and message.tool_call_id not in open_ids:
-                raise InvalidRequest(
-                    f"{param}: {message.tool_call_id!r} answers no tool call of the "
-                    "assistant message before it",
-                    param=param,
-                )
-        elif message.role not in PROMPT_ROLES:
-            open_ids = open_tool_calls([message])
+    position = _orphan(messages, None if stored is None else open_tool_calls(stored))
+    if position is not None:
+        raise _orphan_error(messages[position], position)
+
+
+def check_turn_tool_results(
+    messages: Sequence[Message], new: Sequence[Message], prior: Sequence[Message]
+) -> None:
+    """The turn's new messages, recorded after ``prior``, answer calls made there.
+
+    A request can be consistent in itself and still not continue the stored log: tool
+    results sent alone after the call's answer, or a history that branched from the
+    store (the store wins, only the new messages are kept). Recorded, such a result would
+    be an orphan forwarded on every later turn, which OpenAI refuses; forwarded now it
+    is refused already.
+    """
+    position = _orphan(new, open_tool_calls(prior))
+    if position is not None:
+        # ``new`` is the end of the request's conversation (prompt roles aside).
+        conversation = [i for i, m in enumerate(messages) if m.role not in PROMPT_ROLES]
+        offset = len(conversation) - len(new)
+        at = conversation[offset + position] if offset >= 0 else position
+        raise _orphan_error(new[position], at)
 
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
@@ -196,5 +229,11 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     if not shape.messages:
         raise InvalidRequest("messages must not be empty", param="messages")
     messages = tuple(Message.from_openai(m) for m in body["messages"])
+    for i, message in enumerate(messages):
+        if message.role == "function" and message.name is None:
+            # The legacy function result: stored, it must say whose result it is.
+            raise InvalidRequest(
+                f"messages.{i}.name: required for function messages", param=f"messages.{i}.name"
+            )
     check_tool_results(messages, None)
     return ChatRequest(body=body, model=shape.model, messages=messages, stream=bool(shape.stream))

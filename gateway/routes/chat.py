@@ -18,7 +18,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.chat_request import ChatRequest, check_tool_results, parse_chat_request
+from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request
 from gateway.config import Settings
 from gateway.errors import (
     InvalidRequest,
@@ -102,9 +102,7 @@ class ChatCompletions:
             return await self.passthrough.forward(
                 request, body=body, extra={"x-memory-status": "degraded"}
             )
-        # Tool results the request leads with answer the stored log: an orphan would be
-        # recorded and replayed on every later turn.
-        check_tool_results(chat.messages, turn.state.tail)
+        check_turn_tool_results(chat.messages, turn.plan.new, turn.plan.prior)
         if not turn.plan.new:
             # Nothing new to answer (the request ends with an assistant message, as in a
             # prefill): forward as sent rather than guess.

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from gateway.chat_request import (
     MessageShape,
     check_tool_results,
+    check_turn_tool_results,
     parse_chat_request,
     parse_json,
     validation_error,
@@ -174,7 +175,7 @@ class MemoryAPI:
         user_id = header_id(request.headers, "X-User-Id")  # as the proxy would see it
         identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)
         turn = await self.memory.prepare(identity, chat.messages, chat.model)
-        check_tool_results(chat.messages, turn.state.tail)
+        check_turn_tool_results(chat.messages, turn.plan.new, turn.plan.prior)
         return JSONResponse(
             {"messages": turn.context.openai_messages(), "receipt": turn.context.receipt.to_json()}
         )

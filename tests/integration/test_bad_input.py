@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from gateway.openapi import openapi_document
-from tests.integration.conftest import GatewayFactory, redis_dump
+from tests.integration.conftest import GatewayFactory, build_settings, redis_dump, start_gateway
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import RedisProcess, ServerThread
 
@@ -35,6 +36,19 @@ def tool(call_id: str | None) -> dict[str, Any]:
 
 
 ASKED = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    fake_upstream_server: tuple[FakeUpstream, ServerThread], redis_server: RedisProcess
+) -> Iterator[ServerThread]:
+    """One gateway for the module: these tests only send requests, and starting one per
+    case would cost a second each."""
+    upstream_url = fake_upstream_server[1].url + "/v1"
+    settings = build_settings(upstream_url, redis_server.url, server={"max_body_bytes": 200_000})
+    started = start_gateway(settings)
+    yield started
+    started.stop()
 
 
 @pytest.mark.parametrize(
@@ -99,18 +113,18 @@ ASKED = {"role": "assistant", "content": None, "tool_calls": [CALL]}
         (chat(user("q"), ASKED, tool("c2")), {}, 400, "messages.2.tool_call_id"),
         (chat(user("q"), tool("c1")), {}, 400, "messages.1.tool_call_id"),
         (chat(user("q"), {"role": "user", "content": "x", "name": 5}), {}, 400, "messages.1.name"),
+        (chat(user("q"), {"role": "function", "content": "x"}), {}, 400, "messages.1.name"),
         (chat(user("q"), model="m" * 2000), {}, 400, "model"),
         (chat(user("q"), model=""), {}, 400, "model"),
     ],
 )
 def test_bad_requests_get_an_error_envelope(
-    make_gateway: GatewayFactory,
+    gateway: ServerThread,
     body: bytes,
     headers: dict[str, str],
     status: int,
     param: str | None,
 ) -> None:
-    gateway = make_gateway(server={"max_body_bytes": 200_000})
     sent = {"Authorization": "Bearer sk-bad", "X-Session-Id": "s1", **headers}
     response = httpx.post(gateway.url + "/v1/chat/completions", content=body, headers=sent)
     assert response.status_code == status, response.text
@@ -224,6 +238,22 @@ def test_tool_results_sent_alone_must_answer_the_stored_call(
     )
     assert answered.status_code == 200, answered.text
     assert answered.json()["choices"][0]["message"]["content"] == "The tool said: 42"
+    # Sent alone again, it is a new turn (single-message clients do not regenerate), and
+    # the call it answers is answered already.
+    before = redis_dump_of(redis_server)
+    again = httpx.post(
+        url, json={"model": "tool-caller", "messages": [tool(call_id)]}, headers=headers
+    )
+    assert again.status_code == 400, again.text
+    assert redis_dump_of(redis_server) == before
+    # A history that branched from the store: only the new result would be kept, after
+    # the stored answer, where it answers nothing (found by test_fuzz).
+    asked_again = {**ASKED, "tool_calls": [{**CALL, "id": call_id}]}
+    branched = [user("something else"), asked_again, tool(call_id)]
+    refused = httpx.post(url, json={"model": "tool-caller", "messages": branched}, headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "messages.2.tool_call_id"
+    assert redis_dump_of(redis_server) == before
 
 
 @pytest.mark.parametrize(
