@@ -45,7 +45,17 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
 
     app = clients.create_app(settings, resources=resources())
     # Access logs carry method, path and status only: never bodies or headers.
-    config = uvicorn.Config(app, host=host, port=port, log_level=settings.server.log_level)
+    # h11 rather than httptools: httptools buffers a request's headers without any limit
+    # (an 8 MiB X-Session-Id was read whole and answered), h11 drops the connection past
+    # max_header_bytes. It costs about 0.1 ms a request, measured on a trivial app.
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=settings.server.log_level,
+        http="h11",
+        h11_max_incomplete_event_size=settings.server.max_header_bytes,
+    )
     await uvicorn.Server(config).serve()
 
 

@@ -28,6 +28,9 @@ class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    # The request line and headers together. The HTTP parser holds them in memory before
+    # the gateway sees them, so the limit has to be the parser's (see cli.serve).
+    max_header_bytes: int = Field(default=64 * 1024, ge=4096)
     require_session: bool = False
     tenant_secret: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
