@@ -228,7 +228,7 @@ async def test_a_late_duplicate_job_never_overwrites_a_newer_summary(
     assert after == newest
     assert after.version == newest.version >= 2
     await store.erase_session(keys)
-    await store.client.aclose()
+    await store.close()
 
 
 async def test_record_refuses_a_plan_made_against_a_log_that_moved(
@@ -245,4 +245,4 @@ async def test_record_refuses_a_plan_made_against_a_log_that_moved(
     raw = await store.client.lrange(keys.log, 0, -1)
     assert [json.loads(r)["content"] for r in raw] == ["a", "b"]  # nothing written
     await store.erase_session(keys)
-    await store.client.aclose()
+    await store.close()
