@@ -164,6 +164,19 @@ return 1
 """
 
 
+# KEYS: meta, vectors. ARGV: ttl_s, then (index, vector) pairs. An embeddings job still
+# running when its session was erased must not write the session's vectors back.
+SAVE_VECTORS_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+for i = 2, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[1]))
+return 1
+"""
+
 # KEYS: lease. ARGV: holder. Releases the lease only if we still hold it.
 RELEASE_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -214,6 +227,7 @@ class RedisStore:
         self._write_tiers = client.register_script(WRITE_TIERS_SCRIPT)
         self._release = client.register_script(RELEASE_SCRIPT)
         self._end = client.register_script(END_SCRIPT)
+        self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
 
     async def _bounded(self, call: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
         try:
@@ -349,12 +363,15 @@ class RedisStore:
             out.append((posting, int(docs or 0), int(length or 0)))
         return out
 
-    async def save_vectors(self, keys: SessionKeys, vectors: dict[int, bytes]) -> None:
-        def build(pipe: Any) -> None:
-            pipe.hset(keys.vectors, mapping={str(i): v for i, v in vectors.items()})
-            pipe.expire(keys.vectors, self.retention_s)
-
-        await self._pipeline(build)
+    async def save_vectors(self, keys: SessionKeys, vectors: dict[int, bytes]) -> bool:
+        """Store message vectors; False (nothing written) if the session no longer exists."""
+        args: list[Any] = [self.retention_s]
+        for index, vector in vectors.items():
+            args += [str(index), vector]
+        written = await self._bounded(
+            lambda: self._save_vectors(keys=[keys.meta, keys.vectors], args=args)
+        )
+        return bool(written)
 
     async def vectors(self, keys: SessionKeys, indexes: Sequence[int]) -> dict[int, bytes]:
         raw: Any = await self._bounded(

@@ -22,7 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.identity import tenant_id
+from gateway.memory.model import Message
 from gateway.store.keys import JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
+from gateway.store.redis_store import RedisStore, create_client
 from tests.integration.conftest import (
     USED_KEYS,
     GatewayFactory,
@@ -387,3 +389,21 @@ def test_the_log_scan_finds_a_logged_content_at_info_and_above_only() -> None:
     records.append((logging.WARNING, f"turn not recorded: {content!r}"))
     records.append((logging.INFO, "ok"))  # too short to tell content from a log's words
     assert find_logged_contents(records, {content, "ok"}) == [content]
+
+
+async def test_an_embeddings_job_finishing_after_erasure_writes_nothing_back(
+    redis_server: RedisProcess,
+) -> None:
+    store = RedisStore(create_client(redis_server.url, timeout_s=2, max_connections=4),
+                       timeout_s=2, retention_s=3600)  # fmt: skip
+    keys = SessionKeys("tenant-embed-erase", uuid.uuid4().hex)
+    await store.record(keys, [Message("user", "my locker code is 4471")], now=1.0, user_id=None)
+    assert await store.save_vectors(keys, {1: b"\x00\x01vector"}) is True
+    assert await store.vectors(keys, [1]) == {1: b"\x00\x01vector"}
+
+    await store.erase_session(keys)
+    # The job computed its vectors before the erasure and saves them after it.
+    assert await store.save_vectors(keys, {1: b"\x00\x01vector"}) is False
+    leftover = [k async for k in store.client.scan_iter(match=f"mg:{keys.tag}*")]
+    assert leftover == []
+    await store.close()
