@@ -21,9 +21,12 @@ import contextlib
 import json
 import logging
 import math
+import os
+import re
 import secrets
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -274,6 +277,51 @@ def _burst(
     )
 
 
+# --- isolation and fuzzing: the suite's property tests, at a chosen scale -----------------
+
+# Hypothesis drives these (shrinking, strategies, schemathesis's OpenAPI cases), so they
+# live in the test suite; each prints a tally line that this section turns into a row.
+PROPERTY_TESTS = [
+    "tests/integration/test_isolation.py::test_no_tenant_ever_sees_another_tenants_messages",
+    "tests/integration/test_fuzz.py",
+]
+
+
+def properties(scale: int) -> list[Row]:
+    env = {**os.environ, "MEMORY_GATEWAY_FUZZ_SCALE": str(scale)}
+    command = [sys.executable, "-m", "pytest", *PROPERTY_TESTS, "-q", "-s", "-p", "no:randomly"]
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    tally_lines = [line for line in run.stderr.splitlines() if re.match(r"^[a-z][\w ,-]+: ", line)]
+    tallies = dict(line.split(": ", 1) for line in tally_lines)
+    passed = run.returncode == 0
+    rows = [
+        Row(
+            "Isolation",
+            "random tenants x shared session and user ids, every tier, ended sessions",
+            tallies.get("isolation", "no tally printed"),
+            "0 cross-tenant leaks",
+            passed and "isolation" in tallies,
+        )
+    ]
+    for name, label in (
+        ("schemathesis, memory API", "memory API (schemathesis, OpenAPI document)"),
+        ("hypothesis, chat-completions", "chat-completions bodies and headers (hypothesis)"),
+    ):
+        tally = tallies.get(name, "no tally printed")
+        rows.append(
+            Row(
+                "Bad input",
+                f"fuzzing the {label}",
+                tally,
+                "0 5xx, nothing stored from rejected requests",
+                passed and name in tallies and "5xx" not in tally,
+            )
+        )
+    if not passed:
+        print(run.stdout[-3000:], file=sys.stderr)
+    return rows
+
+
 # --- report -------------------------------------------------------------------------------
 
 
@@ -290,6 +338,7 @@ SECTIONS: dict[str, Callable[[Stack, bool], list[Row]]] = {
     "redis-kill": lambda stack, quick: redis_killed_under_load(stack, 4 if quick else 8),
     "disconnects": lambda stack, quick: disconnects(stack, 20 if quick else 100),
     "concurrency": lambda stack, quick: concurrency(stack, [2, 10] if quick else [2, 10, 50]),
+    "properties": lambda stack, quick: properties(1 if quick else 5),
 }
 
 

@@ -8,10 +8,13 @@ or what its memory API returns, and "not there" must look the same as "someone e
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -123,59 +126,73 @@ SEND = st.tuples(
 )
 
 
-@settings(
-    max_examples=20,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(sends=st.lists(SEND, min_size=2, max_size=7), ends=st.booleans())
-def test_no_tenant_ever_sees_another_tenants_messages(
-    all_tiers: ServerThread,
-    tenant_on: TenantFactory,
-    fake_upstream: FakeUpstream,
-    sends: list[tuple[int, int, int | None, str]],
-    ends: bool,
-) -> None:
-    nonce = uuid.uuid4().hex[:8]
-    crowd = [tenant_on(all_tiers, f"zq{nonce}t{i}q") for i in range(3)]
-    sessions = [f"s-{nonce}-{k}" for k in range(3)]
-    users = [f"u-{nonce}-{k}" for k in range(2)]
-    seen_before = len(fake_upstream.chat_requests())
-    used: set[tuple[int, int]] = set()
-    for n, (who, sid, uid, kind) in enumerate(sends):
-        tenant = crowd[who]
-        # Shared words ("zebra", "budget") make every tenant's messages match every
-        # question: only the tenant boundary can keep them apart.
-        text = {
-            "say": f"my budget is {tenant.marker} zebra {n}",
-            "remember": f"Remember: the zebra code is {tenant.marker}-{n}",
-            "ask": "what is my budget? zebra",
-        }[kind]
-        tenant.chat(sessions[sid], None if uid is None else users[uid], register_content(text))
-        used.add((who, sid))
-    for who, sid in sorted(used):
-        base = f"/memory/sessions/{sessions[sid]}"
-        assert crowd[who].http.post(base + "/flush").status_code == 200
-        if ends:  # the user's history and cross-session profile are built from ended ones
-            assert crowd[who].http.post(base + "/end").status_code == 200
-    for who, sid in sorted(used):  # one more turn each, with every tier there is to forward
-        crowd[who].chat(sessions[sid], users[0], "what is my budget? zebra")
+ISOLATION_SCALE = int(os.environ.get("MEMORY_GATEWAY_FUZZ_SCALE", "1"))
 
-    for tenant in crowd:
-        others = [t.marker for t in crowd if t is not tenant]
-        forwarded = [
-            r.body.decode()
-            for r in fake_upstream.chat_requests()[seen_before:]
-            if r.headers.get("authorization") == f"Bearer {tenant.key}"
-        ]
-        for text in forwarded + memory_views(tenant, sessions, users):
-            leaked = [m for m in others if m in text]
-            assert not leaked, f"{tenant.marker} sees {leaked}: {text[:300]}"
-    # The summarizer sees one session at a time: one tenant's markers per prompt.
-    for request in fake_upstream.chat_requests()[seen_before:]:
-        if request.json()["model"] == "fake-summarizer":
-            assert sum(t.marker in request.body.decode() for t in crowd) <= 1
+
+def test_no_tenant_ever_sees_another_tenants_messages(
+    all_tiers: ServerThread, tenant_on: TenantFactory, fake_upstream: FakeUpstream
+) -> None:
+    checked: Counter[str] = Counter()
+
+    @settings(
+        max_examples=20 * ISOLATION_SCALE,
+        derandomize=ISOLATION_SCALE == 1,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(sends=st.lists(SEND, min_size=2, max_size=7), ends=st.booleans())
+    def example(sends: list[tuple[int, int, int | None, str]], ends: bool) -> None:
+        checked["examples"] += 1
+        nonce = uuid.uuid4().hex[:8]
+        crowd = [tenant_on(all_tiers, f"zq{nonce}t{i}q") for i in range(3)]
+        sessions = [f"s-{nonce}-{k}" for k in range(3)]
+        users = [f"u-{nonce}-{k}" for k in range(2)]
+        seen_before = len(fake_upstream.chat_requests())
+        used: set[tuple[int, int]] = set()
+        for n, (who, sid, uid, kind) in enumerate(sends):
+            tenant = crowd[who]
+            # Shared words ("zebra", "budget") make every tenant's messages match every
+            # question: only the tenant boundary can keep them apart.
+            text = {
+                "say": f"my budget is {tenant.marker} zebra {n}",
+                "remember": f"Remember: the zebra code is {tenant.marker}-{n}",
+                "ask": "what is my budget? zebra",
+            }[kind]
+            tenant.chat(sessions[sid], None if uid is None else users[uid], register_content(text))
+            used.add((who, sid))
+        for who, sid in sorted(used):
+            base = f"/memory/sessions/{sessions[sid]}"
+            assert crowd[who].http.post(base + "/flush").status_code == 200
+            if ends:  # the user's history and cross-session profile are built from ended ones
+                assert crowd[who].http.post(base + "/end").status_code == 200
+        for who, sid in sorted(used):  # one more turn each, with every tier there is to forward
+            crowd[who].chat(sessions[sid], users[0], "what is my budget? zebra")
+
+        for tenant in crowd:
+            others = [t.marker for t in crowd if t is not tenant]
+            forwarded = [
+                r.body.decode()
+                for r in fake_upstream.chat_requests()[seen_before:]
+                if r.headers.get("authorization") == f"Bearer {tenant.key}"
+            ]
+            views = memory_views(tenant, sessions, users)
+            checked["forwarded requests"] += len(forwarded)
+            checked["memory API reads"] += len(views)
+            for text in forwarded + views:
+                leaked = [m for m in others if m in text]
+                assert not leaked, f"{tenant.marker} sees {leaked}: {text[:300]}"
+        # The summarizer sees one session at a time: one tenant's markers per prompt.
+        for request in fake_upstream.chat_requests()[seen_before:]:
+            if request.json()["model"] == "fake-summarizer":
+                checked["summarizer prompts"] += 1
+                assert sum(t.marker in request.body.decode() for t in crowd) <= 1
+
+    example()
+    # bench/faults.py reads this line: what was checked, and (the test passed) no leak.
+    print("isolation: " + ", ".join(f"{n} {what}" for what, n in checked.items())
+          + ", 0 cross-tenant leaks", file=sys.stderr)  # fmt: skip
+    assert checked["examples"] >= 20 and checked["memory API reads"] > 0
 
 
 def _same(response: httpx.Response, other: httpx.Response, ids: tuple[str, str]) -> None:
