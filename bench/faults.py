@@ -56,6 +56,7 @@ from tests.support.load import (  # noqa: E402
     Load,
     acknowledged,
     acknowledged_but_not_stored_once,
+    ask,
     gateway_client,
 )
 from tests.support.servers import RedisProcess, ServerThread, running_redis  # noqa: E402
@@ -102,13 +103,6 @@ def quantiles(timings: list[float]) -> tuple[float, float]:
     """Median and nearest-rank p99."""
     ordered = sorted(timings)
     return statistics.median(ordered), ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
-
-
-def ask(client: httpx.Client, text: str) -> tuple[float, httpx.Response]:
-    body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
-    start = time.monotonic()
-    response = client.post("/v1/chat/completions", json=body)
-    return time.monotonic() - start, response
 
 
 # --- Redis faults -------------------------------------------------------------------------

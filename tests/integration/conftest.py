@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -23,6 +23,7 @@ import openai
 import pytest
 
 from gateway.config import Settings, parse_settings
+from gateway.store.redis_store import RedisStore, create_client
 from gateway.wiring import build_clients
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import RedisProcess, ServerThread
@@ -295,3 +296,15 @@ class Memory:
 def memory_for(api_key: str, session_id: str) -> Callable[[ServerThread], Memory]:
     """The memory API of this test's session on a given gateway."""
     return lambda gateway: Memory(gateway, api_key, session_id)
+
+
+@pytest.fixture
+async def store(redis_server: RedisProcess) -> AsyncIterator[RedisStore]:
+    """A RedisStore on the suite's Redis, for tests that drive the store or worker directly."""
+    opened = RedisStore(
+        create_client(redis_server.url, timeout_s=2, max_connections=4),
+        timeout_s=2,
+        retention_s=3600,
+    )
+    yield opened
+    await opened.close()  # the pool too: a socket left to the GC warns in a later test

@@ -21,7 +21,7 @@ from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Tiers
 from gateway.memory.summarizer import Summarizer
 from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import RedisStore, TailMoved, create_client
+from gateway.store.redis_store import RedisStore, TailMoved
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
 from tests.integration.conftest import GatewayFactory, Memory
@@ -204,10 +204,8 @@ def test_summary_versions_never_go_back_under_concurrent_turns_and_flushes(
 
 
 async def test_a_late_duplicate_job_never_overwrites_a_newer_summary(
-    redis_server: RedisProcess,
+    store: RedisStore,
 ) -> None:
-    store = RedisStore(create_client(redis_server.url, timeout_s=2, max_connections=4),
-                       timeout_s=2, retention_s=3600)  # fmt: skip
     keys = SessionKeys("tenant-late-job", uuid.uuid4().hex)
     messages = [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(30)]
     await store.record(keys, messages, now=1.0, user_id=None)
@@ -228,14 +226,11 @@ async def test_a_late_duplicate_job_never_overwrites_a_newer_summary(
     assert after == newest
     assert after.version == newest.version >= 2
     await store.erase_session(keys)
-    await store.close()
 
 
 async def test_record_refuses_a_plan_made_against_a_log_that_moved(
-    redis_server: RedisProcess,
+    store: RedisStore,
 ) -> None:
-    store = RedisStore(create_client(redis_server.url, timeout_s=2, max_connections=4),
-                       timeout_s=2, retention_s=3600)  # fmt: skip
     keys = SessionKeys("tenant-tail", uuid.uuid4().hex)
     await store.record(keys, [Message("user", "a"), Message("assistant", "b")],
                        now=1.0, user_id=None)  # fmt: skip
@@ -245,4 +240,3 @@ async def test_record_refuses_a_plan_made_against_a_log_that_moved(
     raw = await store.client.lrange(keys.log, 0, -1)
     assert [json.loads(r)["content"] for r in raw] == ["a", "b"]  # nothing written
     await store.erase_session(keys)
-    await store.close()

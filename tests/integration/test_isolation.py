@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from gateway.identity import tenant_id
 from gateway.memory.model import Message
 from gateway.store.keys import JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
-from gateway.store.redis_store import RedisStore, create_client
+from gateway.store.redis_store import RedisStore
 from tests.integration.conftest import (
     USED_KEYS,
     GatewayFactory,
@@ -409,10 +409,8 @@ def test_the_log_scan_finds_a_logged_content_at_info_and_above_only() -> None:
 
 
 async def test_an_embeddings_job_finishing_after_erasure_writes_nothing_back(
-    redis_server: RedisProcess,
+    store: RedisStore,
 ) -> None:
-    store = RedisStore(create_client(redis_server.url, timeout_s=2, max_connections=4),
-                       timeout_s=2, retention_s=3600)  # fmt: skip
     keys = SessionKeys("tenant-embed-erase", uuid.uuid4().hex)
     await store.record(keys, [Message("user", "my locker code is 4471")], now=1.0, user_id=None)
     assert await store.save_vectors(keys, {1: b"\x00\x01vector"}) is True
@@ -423,4 +421,3 @@ async def test_an_embeddings_job_finishing_after_erasure_writes_nothing_back(
     assert await store.save_vectors(keys, {1: b"\x00\x01vector"}) is False
     leftover = [k async for k in store.client.scan_iter(match=f"mg:{keys.tag}*")]
     assert leftover == []
-    await store.close()

@@ -19,7 +19,7 @@ from gateway.memory.jobs import Job
 from gateway.memory.model import Message
 from gateway.memory.summarizer import Summarizer, SummarizerUnavailable
 from gateway.store.keys import JOB_STREAM, SessionKeys
-from gateway.store.redis_store import RedisStore, create_client
+from gateway.store.redis_store import RedisStore
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
 from tests.integration.conftest import GatewayFactory, Memory, say, sdk
@@ -158,10 +158,8 @@ class _BlockingModel:
 
 
 async def test_an_in_flight_job_does_not_resurrect_an_erased_session(
-    redis_server: RedisProcess,
+    store: RedisStore,
 ) -> None:
-    store = RedisStore(create_client(redis_server.url, timeout_s=2, max_connections=4),
-                       timeout_s=2, retention_s=3600)  # fmt: skip
     keys = SessionKeys("tenant-erase", "in-flight")
     messages = [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(15)]
     await store.record(keys, messages, now=1.0, user_id=None)
@@ -176,7 +174,6 @@ async def test_an_in_flight_job_does_not_resurrect_an_erased_session(
     assert await task == "gone"
     leftover = [k async for k in store.client.scan_iter(match=f"mg:{keys.tag}*")]
     assert leftover == []
-    await store.close()
 
 
 def test_memory_survives_a_restart_summaries_included(

@@ -23,6 +23,7 @@ from tests.support.load import (
     Load,
     acknowledged,
     acknowledged_but_not_stored_once,
+    ask,
     gateway_client,
     report,
     timed_asks,
@@ -130,10 +131,7 @@ def test_slow_redis_degrades_within_the_deadline_and_memory_resumes(
             # Back to normal on the same pooled connections: late replies to the
             # abandoned commands must not be read as answers to new ones.
             proxy.delay_s = 0.0
-            response = client.post(
-                "/v1/chat/completions",
-                json={"model": "fake-model", "messages": [{"role": "user", "content": question}]},
-            )
+            _, response = ask(client, question)
             assert response.headers["x-memory-status"] == "ok"
             assert response.json()["choices"][0]["message"]["content"] == "Your tea is oolong."
     print(f"\n{report('redis 20 ms slow (ok)', under)}")
@@ -152,13 +150,7 @@ def test_partitioned_redis_degrades_within_the_deadline_then_resumes(
             assert statuses == {"degraded"}
             assert max(timings) < DEADLINE_S + MARGIN_S, report("black hole", timings)
             proxy.black_hole = False
-            response = client.post(
-                "/v1/chat/completions",
-                json={
-                    "model": "fake-model",
-                    "messages": [{"role": "user", "content": "what is my tea?"}],
-                },
-            )
+            _, response = ask(client, "what is my tea?")
             assert response.headers["x-memory-status"] == "ok"
             assert response.json()["choices"][0]["message"]["content"] == "Your tea is sencha."
     print(f"\n{report('redis black-holed mid-session (degraded)', timings)}")
@@ -224,13 +216,7 @@ def test_redis_killed_and_restarted_under_load_fails_open_then_resumes(
         # The same gateway, never restarted: memory from before the kill, and the jobs.
         for client in range(load.clients):
             with gateway_client(gateway, api_key, load.session(client)) as http:
-                response = http.post(
-                    "/v1/chat/completions",
-                    json={
-                        "model": "fake-model",
-                        "messages": [{"role": "user", "content": "what is my code?"}],
-                    },
-                )
+                _, response = ask(http, "what is my code?")
             assert response.headers["x-memory-status"] == "ok"
             assert response.json()["choices"][0]["message"]["content"] == f"Your code is K{client}."
             Memory(gateway, api_key, load.session(client)).flush()

@@ -21,16 +21,20 @@ import httpx
 from tests.support.servers import ServerThread
 
 
+def ask(client: httpx.Client, text: str) -> tuple[float, httpx.Response]:
+    """One user message to the fake model, as a single-message client sends it; how long."""
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
+    start = time.monotonic()
+    response = client.post("/v1/chat/completions", json=body)
+    return time.monotonic() - start, response
+
+
 def timed_asks(client: httpx.Client, n: int, question: str) -> tuple[list[float], set[str]]:
     """Send ``question`` n times; the latencies and the memory statuses seen."""
     timings, statuses = [], set()
     for _ in range(n):
-        start = time.monotonic()
-        response = client.post(
-            "/v1/chat/completions",
-            json={"model": "fake-model", "messages": [{"role": "user", "content": question}]},
-        )
-        timings.append(time.monotonic() - start)
+        took, response = ask(client, question)
+        timings.append(took)
         assert response.status_code == 200, response.text
         statuses.add(response.headers["x-memory-status"])
     return timings, statuses
