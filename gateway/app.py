@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -17,11 +18,13 @@ from gateway.config import Settings
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
 from gateway.memory.recall import Embedder
 from gateway.memory.service import MemoryService
+from gateway.metrics import MetricsMiddleware
 from gateway.openapi import serve_openapi
 from gateway.proxy.upstream import Upstream
 from gateway.routes.chat import ChatCompletions
 from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
+from gateway.routes.metrics import MetricsEndpoint
 from gateway.routes.passthrough import Passthrough
 from gateway.store.durability import warn_if_not_durable
 from gateway.store.redis_store import RedisStore, StoreUnavailable
@@ -118,14 +121,23 @@ def create_app(
                 if worker_task is not None:
                     await worker_task
 
+    routes = [
+        Route("/v1/chat/completions", chat.handle, methods=["POST"]),
+        Route("/v1/{path:path}", passthrough.forward, methods=ALL_METHODS),
+        Route("/healthz", Health(store).handle, methods=["GET"]),
+        Route("/openapi.json", serve_openapi, methods=["GET"]),
+        *memory_api.routes(),
+    ]
+    middleware = []
+    if settings.server.metrics:
+        # The backlog is read with the jobs' store: a scrape never takes the request
+        # path's connections.
+        scrape = MetricsEndpoint(runner.store, settings.server.metrics_token)
+        routes.append(Route("/metrics", scrape.handle, methods=["GET"]))
+        middleware.append(Middleware(MetricsMiddleware))
     return Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat.handle, methods=["POST"]),
-            Route("/v1/{path:path}", passthrough.forward, methods=ALL_METHODS),
-            Route("/healthz", Health(store).handle, methods=["GET"]),
-            Route("/openapi.json", serve_openapi, methods=["GET"]),
-            *memory_api.routes(),
-        ],
+        routes=routes,
+        middleware=middleware,
         exception_handlers={
             GatewayError: _gateway_error,
             StoreUnavailable: _store_unavailable,

@@ -34,6 +34,10 @@ class ServerConfig(_Section):
     require_session: bool = False
     tenant_secret: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # GET /metrics (Prometheus text). Labels never carry tenants, sessions or content;
+    # a token, when set, is required as "Authorization: Bearer <token>".
+    metrics: bool = True
+    metrics_token: str | None = None
 
 
 class UpstreamTimeouts(_Section):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.maint_notifications import MaintNotificationsConfig
 
+from gateway import metrics
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
@@ -229,12 +231,20 @@ class RedisStore:
         self._end = client.register_script(END_SCRIPT)
         self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
 
-    async def _bounded(self, call: Callable[[], Awaitable[T]], timeout_s: float | None = None) -> T:
+    async def _bounded(
+        self,
+        call: Callable[[], Awaitable[T]],
+        timeout_s: float | None = None,
+        op: Callable[..., Any] | None = None,  # names the operation in metrics (else call)
+    ) -> T:
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s or self.timeout_s):
                 return await call()
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
+        finally:
+            metrics.redis_call(op or call, started)
 
     async def _pipeline(self, build: Callable[[Any], None]) -> list[Any]:
         """One round trip of several commands (not a transaction)."""
@@ -244,7 +254,7 @@ class RedisStore:
                 build(pipe)
                 return await pipe.execute()
 
-        return await self._bounded(run)
+        return await self._bounded(run, op=build)
 
     async def ping(self, timeout_s: float | None = None) -> None:
         await self._bounded(self.client.ping, timeout_s)
