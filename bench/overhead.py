@@ -1,0 +1,736 @@
+"""What the gateway adds: latency, throughput, streams held, Redis work, memory, vs LiteLLM.
+
+Every party runs in its own process, as in production: a private redis-server (AOF off,
+no RDB snapshots), the fast fake upstream (``bench/fast_upstream.py``), the gateway
+(``memory-gateway serve`` from a generated config, one uvicorn worker, the in-process
+summarization worker on), LiteLLM's proxy (one worker, ``--litellm PATH``) in front of
+the same upstream, and the load generator (``bench/load.py``, aiohttp). One table is
+printed (markdown) and ``--json FILE`` keeps it with the raw numbers.
+
+    .venv/bin/python bench/overhead.py --quick                  # smoke run, < 1 min
+    .venv/bin/python bench/overhead.py --litellm /tmp/litellm-venv/bin/litellm --json out.json
+
+Sections:
+
+- **probe**: concurrency 1, streaming (5 chunks, no delay), direct / gateway with
+  ``X-Session-Id`` / gateway without it / LiteLLM interleaved; added p50 and p99 of the
+  time to response headers, first SSE event and last byte (a target's quantile minus
+  the direct one's).
+- **sweep**: non-streaming, instant upstream, closed loop at each concurrency: req/s,
+  p50/p99. The direct rows are the upstream's (and the load generator's) own capacity:
+  what the gateway's numbers can at most reach.
+- **hold**: 64/256/1,024 concurrent streams of 0.7 s (7 chunks 100 ms apart): errors,
+  timeouts, req/s, p99 total time; the gateway's RSS is sampled during the 256 run.
+- **redis**: ``INFO stats commandstats`` before and after a fixed number of requests at
+  concurrency 1 on a gateway with the in-process worker off (so every command counted is
+  on the request path): commands per request by name; round trips per request from
+  ``total_reads_processed`` (each read event of a client socket: a pipeline or a script
+  call arrives as one, so with one request at a time it counts round trips); the bench's
+  own INFO calls are subtracted.
+- **bytes**: ``MEMORY USAGE`` of every key of a session after 10 and 100 turns (jobs
+  done), and ``used_memory`` growth per session.
+
+Times are wall-clock on whatever machine runs it; ratios taken in one run (gateway vs
+direct, gateway vs LiteLLM) travel better than absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import resource
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.servers import RedisProcess, free_port  # noqa: E402
+
+PYTHON = sys.executable
+PROBE_MODEL = "bench-t0-c5-s0"  # streamed: 5 chunks at once
+INSTANT_MODEL = "bench-t0-c1-s0"  # non-streaming, no delay
+HOLD_MODEL = "bench-t0-c7-s100"  # 7 chunks 100 ms apart: a 0.7 s stream
+SUMMARIZER_MODEL = "bench-summarizer"  # answers "ok …": the model-free fallback summarizes
+MODELS = (PROBE_MODEL, INSTANT_MODEL, HOLD_MODEL, SUMMARIZER_MODEL)
+NOT_RUN = "not run"
+
+
+@dataclass(frozen=True)
+class Plan:
+    probe_n: int
+    sweep: tuple[int, ...]
+    sweep_s: float
+    hold: tuple[int, ...]
+    hold_s: float
+    redis_n: int
+    turns: tuple[int, ...]
+    sessions_per_size: int
+
+
+FULL = Plan(500, (1, 8, 32, 128), 5.0, (64, 256, 1024), 6.0, 200, (10, 100), 3)
+QUICK = Plan(60, (1, 32), 1.0, (256,), 2.5, 40, (10,), 1)
+
+
+@dataclass(frozen=True)
+class Row:
+    area: str
+    measure: str
+    direct: str = "-"
+    memory: str = "-"  # gateway, with X-Session-Id
+    passthrough: str = "-"  # gateway, no session
+    litellm: str = "-"
+    target: str = ""
+    met: str = ""
+
+
+@dataclass
+class Report:
+    settings: dict[str, Any]
+    rows: list[Row] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+def _raise_nofile() -> None:
+    # 1,024 streams through a proxy hold 2,048 sockets in it.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 16384)), hard))
+
+
+@contextlib.contextmanager
+def process(
+    args: list[str],
+    ready_url: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    wait_s: float = 60,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process (its own session, killed with its group), up once ready_url answers."""
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+            preexec_fn=_raise_nofile,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            if child.poll() is not None:
+                raise RuntimeError(f"{args[0]} exited: see {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(ready_url, timeout=1).status_code < 500:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{args[0]} not ready after {wait_s:.0f} s: see {log}")
+            time.sleep(0.1)
+        yield child
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(5)
+
+
+def gateway_config(path: Path, upstream: str, redis_url: str, *, worker: bool) -> Path:
+    config = {
+        "server": {"log_level": "warning"},
+        "upstream": {"base_url": upstream},
+        "redis": {"url": redis_url},
+        "summarizer": {"model": SUMMARIZER_MODEL},
+        "worker": {"in_process": worker},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def litellm_config(path: Path, upstream: str, master_key: str) -> Path:
+    models = [
+        {
+            "model_name": model,
+            "litellm_params": {"model": f"openai/{model}", "api_base": upstream, "api_key": "sk-x"},
+        }
+        for model in MODELS
+    ]
+    # A master key, as any deployment has (LiteLLM refuses to start without one): the
+    # bench's bearer key, so every target gets the same request headers.
+    config = {
+        "model_list": models,
+        "litellm_settings": {"drop_params": True},
+        "general_settings": {"master_key": master_key},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+@contextlib.contextmanager
+def rss_peak(pid: int) -> Iterator[list[int]]:
+    """Samples VmRSS every 50 ms while the block runs; the list holds the peak at the end."""
+    peak = [rss_kib(pid)]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            with contextlib.suppress(OSError):
+                peak[0] = max(peak[0], rss_kib(pid))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
+
+
+# --- load ---------------------------------------------------------------------------------
+
+
+def run_load(job: dict[str, Any]) -> dict[str, Any]:
+    """One job of ``bench/load.py``, in a process of its own."""
+    done = subprocess.run(
+        [PYTHON, str(ROOT / "bench" / "load.py")],
+        input=json.dumps(job).encode(),
+        capture_output=True,
+        preexec_fn=_raise_nofile,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"load generator failed: {done.stderr.decode()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (q in 0..1)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
+
+
+def ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1000:.2f} ms"
+
+
+def targets(urls: dict[str, str], key: str) -> dict[str, dict[str, Any]]:
+    """Load-generator targets by column: direct, memory, passthrough, litellm."""
+    auth = {"Authorization": f"Bearer {key}"}
+    run = uuid.uuid4().hex[:8]
+    specs = {
+        "direct": {"url": urls["direct"], "headers": auth},
+        "memory": {"url": urls["gateway"], "headers": auth, "session_prefix": f"b-{run}"},
+        "passthrough": {"url": urls["gateway"], "headers": auth},
+    }
+    if "litellm" in urls:
+        specs["litellm"] = {"url": urls["litellm"], "headers": auth}
+    return {name: {"name": name, **spec} for name, spec in specs.items()}
+
+
+# --- sections -----------------------------------------------------------------------------
+
+
+STAGES = (("headers", "response headers"), ("first", "first SSE event"), ("last", "last byte"))
+
+
+def probe(report: Report, specs: dict[str, dict[str, Any]], plan: Plan) -> None:
+    result = run_load(
+        {"kind": "probe", "targets": list(specs.values()), "n": plan.probe_n, "model": PROBE_MODEL}
+    )
+    timings = result["timings"]
+    errors = {name: sum(1 for t in runs if t["error"]) for name, runs in timings.items()}
+    for name, runs in timings.items():
+        if errors[name] == len(runs):
+            raise RuntimeError(f"probe: every request to {name} failed, e.g. {runs[0]}")
+    stats: dict[str, dict[str, dict[str, float]]] = {}
+    for name, runs in timings.items():
+        ok = [t for t in runs if not t["error"]]
+        stats[name] = {
+            stage: {
+                "p50": quantile([t[stage] for t in ok], 0.5),
+                "p99": quantile([t[stage] for t in ok], 0.99),
+            }
+            for stage, _ in STAGES
+        }
+    report.raw["probe"] = {"n": plan.probe_n, "errors": errors, "quantiles_s": stats}
+    for stage, label in STAGES:
+        for q in ("p50", "p99"):
+            cells = {"direct": ms(stats["direct"][stage][q])}
+            for name in ("memory", "passthrough", "litellm"):
+                if name in stats:
+                    cells[name] = "+" + ms(stats[name][stage][q] - stats["direct"][stage][q])
+            target, met = "", ""
+            if stage == "first":
+                limit = 0.0015 if q == "p50" else 0.005
+                target = f"memory ≤ +{limit * 1000:g} ms"
+                added = stats["memory"][stage][q] - stats["direct"][stage][q]
+                met = "yes" if added <= limit else "no"
+            report.rows.append(
+                Row(
+                    "probe c=1",
+                    f"{label} {q} (added)",
+                    target=target,
+                    met=met,
+                    litellm=cells.get("litellm", NOT_RUN),
+                    **{k: v for k, v in cells.items() if k != "litellm"},
+                )
+            )
+    report.rows.append(
+        Row("probe c=1", "errors", **{k: str(v) for k, v in _columns(errors).items()})
+    )
+
+
+def _columns(values: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in values.items() if k in ("direct", "memory", "passthrough")}
+    out["litellm"] = values.get("litellm", NOT_RUN)
+    return out
+
+
+def closed_loop(
+    spec: dict[str, Any], model: str, concurrency: int, seconds: float, stream: bool
+) -> dict[str, Any]:
+    result = run_load(
+        {
+            "kind": "closed",
+            "target": spec,
+            "model": model,
+            "concurrency": concurrency,
+            "duration_s": seconds,
+            "stream": stream,
+            "timeout_s": 10,
+            "warmup": 5,
+        }
+    )
+    totals = result.pop("totals")
+    result["p50_s"] = quantile(totals, 0.5)
+    result["p99_s"] = quantile(totals, 0.99)
+    return result
+
+
+def sweep(report: Report, specs: dict[str, dict[str, Any]], plan: Plan) -> None:
+    raw: dict[str, dict[str, Any]] = {}
+    for concurrency in plan.sweep:
+        runs = {
+            name: closed_loop(spec, INSTANT_MODEL, concurrency, plan.sweep_s, stream=False)
+            for name, spec in specs.items()
+        }
+        raw[str(concurrency)] = runs
+        rps = {name: f"{r['rps']:.0f}" for name, r in runs.items()}
+        best = max(r["rps"] for name, r in runs.items() if name == "memory")
+        report.rows.append(
+            Row(
+                f"sweep c={concurrency}",
+                "req/s (non-streaming)",
+                target="memory ≥ 1000" if concurrency >= 32 else "",
+                met=("yes" if best >= 1000 else "no") if concurrency >= 32 else "",
+                **_columns(rps),
+            )
+        )
+        lat = {
+            name: f"{r['p50_s'] * 1000:.1f} / {r['p99_s'] * 1000:.1f} ms"
+            + (f" ({sum(r['errors'].values())} err)" if r["errors"] else "")
+            for name, r in runs.items()
+        }
+        report.rows.append(Row(f"sweep c={concurrency}", "p50 / p99", **_columns(lat)))
+    report.raw["sweep"] = raw
+    top = str(max(plan.sweep))
+    if "litellm" in raw[top]:
+        litellm_rps = max(raw[top]["litellm"]["rps"], 1e-9)
+        ratio = raw[top]["memory"]["rps"] / litellm_rps
+        passthrough = raw[top]["passthrough"]["rps"] / litellm_rps
+        report.rows.append(
+            Row(
+                "vs LiteLLM",
+                f"throughput at c={top}: gateway / LiteLLM",
+                memory=f"{ratio:.1f}x",
+                passthrough=f"{passthrough:.1f}x",
+                litellm="1x",
+                target="≥ 5x",
+                met="yes" if ratio >= 5 else "no",
+            )
+        )
+    else:
+        report.rows.append(Row("vs LiteLLM", "throughput ratio", litellm=NOT_RUN, target="≥ 5x"))
+
+
+def latency_ratio(report: Report) -> None:
+    stats = report.raw["probe"]["quantiles_s"]
+    if "litellm" not in stats:
+        report.rows.append(Row("vs LiteLLM", "added latency ratio", litellm=NOT_RUN, target="≥ 5x"))
+        return
+    for q in ("p50", "p99"):
+        direct = stats["direct"]["first"][q]
+        gateway = max(stats["memory"]["first"][q] - direct, 1e-6)
+        passthrough = max(stats["passthrough"]["first"][q] - direct, 1e-6)
+        litellm = stats["litellm"]["first"][q] - direct
+        ratio = litellm / gateway
+        report.rows.append(
+            Row(
+                "vs LiteLLM",
+                f"added to first event {q}: LiteLLM / gateway",
+                memory=f"{ratio:.1f}x",
+                passthrough=f"{litellm / passthrough:.1f}x",
+                litellm="1x",
+                target="≥ 5x",
+                met="yes" if ratio >= 5 else "no",
+            )
+        )
+
+
+def hold(report: Report, specs: dict[str, dict[str, Any]], plan: Plan, gateway_pid: int) -> None:
+    raw: dict[str, dict[str, Any]] = {}
+    for streams in plan.hold:
+        runs: dict[str, dict[str, Any]] = {}
+        for name, spec in specs.items():
+            if name == "passthrough":
+                continue
+            if name == "memory":
+                with rss_peak(gateway_pid) as peak:
+                    runs[name] = closed_loop(spec, HOLD_MODEL, streams, plan.hold_s, stream=True)
+                runs[name]["rss_peak_kib"] = peak[0]
+            else:
+                runs[name] = closed_loop(spec, HOLD_MODEL, streams, plan.hold_s, stream=True)
+        raw[str(streams)] = runs
+        area = f"hold {streams}x0.7 s"
+        cells = {name: f"{r['rps']:.0f} req/s" for name, r in runs.items()}
+        report.rows.append(
+            Row(
+                area,
+                "req/s (ideal: streams / 0.7 s)",
+                **_columns(cells),
+                target=f"{streams / 0.7:.0f}",
+            )
+        )
+        cells = {name: f"{r['p50_s']:.3f} / {r['p99_s']:.3f} s" for name, r in runs.items()}
+        report.rows.append(Row(area, "p50 / p99 total time", **_columns(cells)))
+        cells = {
+            name: f"{sum(r['errors'].values())} / {r['timeouts']}"
+            + ("" if name != "memory" else f", degraded {r['memory'].get('degraded', 0)}")
+            for name, r in runs.items()
+        }
+        clean = sum(runs["memory"]["errors"].values()) == 0
+        report.rows.append(
+            Row(
+                area,
+                "errors / timeouts",
+                **_columns(cells),
+                target="memory: 0" if streams >= 250 else "",
+                met=("yes" if clean else "no") if streams >= 250 else "",
+            )
+        )
+        report.rows.append(
+            Row(area, "gateway RSS peak", memory=f"{runs['memory']['rss_peak_kib'] / 1024:.0f} MiB")
+        )
+    report.raw["hold"] = raw
+
+
+def _info(client: redis.Redis) -> dict[str, Any]:
+    info: dict[str, Any] = client.execute_command("INFO", "stats", "commandstats")
+    return info
+
+
+def _command_counts(info: dict[str, Any]) -> dict[str, int]:
+    return {
+        name.removeprefix("cmdstat_"): int(value["calls"])
+        for name, value in info.items()
+        if name.startswith("cmdstat_")
+    }
+
+
+def count_commands(redis_client: redis.Redis, send: Any, n: int) -> dict[str, Any]:
+    """Commands and round trips per request for ``send()`` called n times."""
+    before = _info(redis_client)
+    for _ in range(n):
+        send()
+    after = _info(redis_client)
+    calls_before, calls_after = _command_counts(before), _command_counts(after)
+    calls_before["info"] = calls_before.get("info", 0) + 1  # the 'before' INFO itself
+    per_request = {
+        name: (calls_after[name] - calls_before.get(name, 0)) / n
+        for name in sorted(calls_after)
+        if calls_after[name] != calls_before.get(name, 0)
+    }
+    reads = after["total_reads_processed"] - before["total_reads_processed"] - 1
+    return {"commands": per_request, "round_trips": reads / n, "n": n}
+
+
+def redis_work(report: Report, http: httpx.Client, redis_client: redis.Redis, plan: Plan) -> None:
+    """Counted on a gateway without the in-process worker: only the request path runs."""
+    run = uuid.uuid4().hex[:8]
+    counter = iter(range(10**9))
+
+    def chat(session: str | None, stream: bool = False) -> None:
+        n = next(counter)
+        headers = {"X-Session-Id": session} if session else {}
+        body = {
+            "model": PROBE_MODEL if stream else INSTANT_MODEL,
+            "stream": stream,
+            "messages": [{"role": "user", "content": f"note {n} about the garden"}],
+        }
+        response = http.post("/v1/chat/completions", json=body, headers=headers)
+        response.raise_for_status()
+
+    warm = [f"r-{run}-warm-{i}" for i in range(10)]
+    for _ in range(10):  # ten sessions of ten turns: continuing conversations
+        for session in warm:
+            chat(session)
+    cases = {
+        "new session": lambda: chat(f"r-{run}-new-{next(counter)}"),
+        "continuing (turn 11+)": lambda: chat(warm[next(counter) % len(warm)]),
+        "continuing, streamed": lambda: chat(warm[next(counter) % len(warm)], stream=True),
+        "passthrough": lambda: chat(None),
+    }
+    idle = count_commands(redis_client, lambda: time.sleep(0.5), 1)
+    raw = {"idle_0.5s": idle}
+    for label, send in cases.items():
+        raw[label] = counted = count_commands(redis_client, send, plan.redis_n)
+        commands = ", ".join(f"{k} {v:g}" for k, v in counted["commands"].items()) or "none"
+        column = "passthrough" if label == "passthrough" else "memory"
+        trips = counted["round_trips"]
+        report.rows.append(
+            Row(
+                "redis",
+                f"{label}: round trips / request",
+                **{column: f"{trips:.2f}"},
+                target="≤ 2",
+                met="yes" if trips <= 2.05 else "no",
+            )
+        )
+        report.rows.append(
+            Row(
+                "redis",
+                f"{label}: commands executed / request (script bodies included)",
+                **{column: commands},
+            )
+        )
+    report.raw["redis"] = raw
+
+
+def session_bytes(
+    report: Report, http: httpx.Client, redis_client: redis.Redis, plan: Plan
+) -> None:
+    """MEMORY USAGE of a session's keys after T turns (its jobs done), on the main gateway."""
+    raw: dict[str, Any] = {}
+    for turns in plan.turns:
+        sizes, grown = [], []
+        for i in range(plan.sessions_per_size):
+            session = f"m-{uuid.uuid4().hex[:8]}-{i}"
+            keys_before = set(redis_client.scan_iter(match="mg:{*", count=1000))
+            used_before = int(redis_client.info("memory")["used_memory"])
+            for turn in range(turns):
+                topic = ("garden", "budget", "trip")[turn % 3]
+                text = f"turn {turn}: my note about the {topic} is number {turn * 37 % 1000}"
+                body = {"model": INSTANT_MODEL, "messages": [{"role": "user", "content": text}]}
+                http.post(
+                    "/v1/chat/completions", json=body, headers={"X-Session-Id": session}
+                ).raise_for_status()
+            wait_for_jobs(http, session)
+            keys = set(redis_client.scan_iter(match="mg:{*", count=1000)) - keys_before
+            sizes.append(sum(redis_client.memory_usage(k, samples=0) or 0 for k in keys))
+            grown.append(int(redis_client.info("memory")["used_memory"]) - used_before)
+        raw[str(turns)] = {"memory_usage_bytes": sizes, "used_memory_growth": grown}
+        size = statistics.mean(sizes)
+        report.rows.append(
+            Row(
+                "redis",
+                f"bytes per session at {turns} turns (MEMORY USAGE)",
+                memory=f"{size / 1024:.1f} KiB ({size / turns:.0f} B/turn)",
+            )
+        )
+        report.rows.append(
+            Row(
+                "redis",
+                f"used_memory growth per session at {turns} turns (noisy)",
+                memory=f"{statistics.mean(grown) / 1024:.1f} KiB",
+            )
+        )
+    report.raw["bytes"] = raw
+
+
+def wait_for_jobs(http: httpx.Client, session: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = http.get(f"/memory/sessions/{session}").json()
+        if not state.get("pending_jobs"):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"session {session}: jobs still pending after {timeout_s} s")
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def run(plan: Plan, litellm: str | None, work: Path, appendonly: bool) -> Report:
+    key = "sk-bench-" + secrets.token_urlsafe(16)
+    settings: dict[str, Any] = {
+        "plan": asdict(plan),
+        "redis": f"private redis-server, appendonly {'yes' if appendonly else 'no'}, no RDB",
+        "gateway": "memory-gateway serve: one uvicorn worker (h11), in-process worker on, "
+        "log_level warning, defaults otherwise (preset, pools, timeouts)",
+        "litellm": "not run",
+        "cpus": os.cpu_count(),
+    }
+    redis_server = RedisProcess(appendonly=appendonly).start()
+    try:
+        up_port, gw_port = free_port(), free_port()
+        upstream = f"http://127.0.0.1:{up_port}/v1"
+        up_args = [PYTHON, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(up_port)]
+        serve = [PYTHON, "-m", "gateway.cli", "serve"]
+        config = gateway_config(work / "gateway.yaml", upstream, redis_server.url, worker=True)
+        with contextlib.ExitStack() as outer, contextlib.ExitStack() as stack:
+            outer.enter_context(process(up_args, upstream + "/models", work / "upstream.log"))
+            gateway = stack.enter_context(
+                process(
+                    [*serve, "--config", str(config), "--port", str(gw_port)],
+                    f"http://127.0.0.1:{gw_port}/healthz",
+                    work / "gateway.log",
+                )
+            )
+            urls = {"direct": upstream, "gateway": f"http://127.0.0.1:{gw_port}/v1"}
+            if litellm:
+                ll_port = free_port()
+                ll_config = litellm_config(work / "litellm.yaml", upstream, key)
+                stack.enter_context(
+                    process(
+                        [
+                            litellm,
+                            "--config",
+                            str(ll_config),
+                            "--port",
+                            str(ll_port),
+                            "--num_workers",
+                            "1",
+                        ],
+                        f"http://127.0.0.1:{ll_port}/health/liveliness",
+                        work / "litellm.log",
+                        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"},
+                        wait_s=180,
+                    )
+                )
+                urls["litellm"] = f"http://127.0.0.1:{ll_port}/v1"
+                settings["litellm"] = f"{litellm} --num_workers 1, master key, drop_params"
+            specs = targets(urls, key)
+            report = Report(settings)
+            idle_rss = rss_kib(gateway.pid)
+            probe(report, specs, plan)
+            latency_ratio(report)
+            sweep(report, specs, plan)
+            hold(report, specs, plan, gateway.pid)
+            http = httpx.Client(
+                base_url=f"http://127.0.0.1:{gw_port}",
+                timeout=30,
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            stack.callback(http.close)
+            redis_client = redis_server.client()
+            stack.callback(redis_client.close)
+            session_bytes(report, http, redis_client, plan)
+            report.rows.insert(
+                0, Row("gateway", "RSS idle (after start)", memory=f"{idle_rss / 1024:.0f} MiB")
+            )
+            stack.close()
+            # The request path alone: a gateway without the in-process worker.
+            config = gateway_config(
+                work / "gateway-noworker.yaml", upstream, redis_server.url, worker=False
+            )
+            stack.enter_context(
+                process(
+                    [*serve, "--config", str(config), "--port", str(gw_port)],
+                    f"http://127.0.0.1:{gw_port}/healthz",
+                    work / "gateway2.log",
+                )
+            )
+            http = stack.enter_context(
+                httpx.Client(
+                    base_url=f"http://127.0.0.1:{gw_port}",
+                    timeout=30,
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+            )
+            redis_client = redis_server.client()
+            stack.callback(redis_client.close)
+            redis_work(report, http, redis_client, plan)
+        return report
+    finally:
+        redis_server.cleanup()
+
+
+def markdown(report: Report) -> str:
+    header = (
+        "area",
+        "measure",
+        "direct",
+        "gateway (memory)",
+        "gateway (passthrough)",
+        "LiteLLM",
+        "target",
+        "met",
+    )
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in report.rows:
+        lines.append("| " + " | ".join(str(v) for v in asdict(row).values()) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run, under a minute")
+    parser.add_argument("--litellm", help="the litellm executable (its proxy is the peer)")
+    parser.add_argument("--appendonly", action="store_true", help="Redis with AOF on")
+    parser.add_argument("--json", help="also write the table and raw numbers here")
+    args = parser.parse_args()
+    if args.litellm and not shutil.which(args.litellm):
+        parser.error(f"--litellm {args.litellm}: not an executable")
+    plan = QUICK if args.quick else FULL
+    work = Path(tempfile.mkdtemp(prefix="mg-overhead-"))
+    started = time.monotonic()
+    try:
+        report = run(plan, args.litellm, work, args.appendonly)
+    except RuntimeError:
+        print(f"logs kept in {work}", file=sys.stderr)
+        raise
+    report.settings["wall_s"] = round(time.monotonic() - started, 1)
+    shutil.rmtree(work, ignore_errors=True)
+    print(markdown(report))
+    print(f"\n{report.settings}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(asdict(report), indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
