@@ -6,13 +6,20 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
 
 from gateway.config import ConfigError, Settings, load_settings
+from gateway.metrics import MULTIPROC_ENV
 from gateway.store.embedded import EmbeddedRedis
 from gateway.wiring import build_clients
 from gateway.worker import Worker
@@ -44,19 +51,79 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
                 await embedded.stop()
 
     app = clients.create_app(settings, resources=resources())
+    await uvicorn.Server(uvicorn.Config(app, **_server_options(settings, host, port))).serve()
+
+
+def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
     # Access logs carry method, path and status only: never bodies or headers.
     # h11 rather than httptools: httptools buffers a request's headers without any limit
     # (an 8 MiB X-Session-Id was read whole and answered), h11 drops the connection past
     # max_header_bytes. It costs about 0.1 ms a request, measured on a trivial app.
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=settings.server.log_level,
-        http="h11",
-        h11_max_incomplete_event_size=settings.server.max_header_bytes,
-    )
-    await uvicorn.Server(config).serve()
+    return {
+        "host": host,
+        "port": port,
+        "log_level": settings.server.log_level,
+        "http": "h11",
+        "h11_max_incomplete_event_size": settings.server.max_header_bytes,
+    }
+
+
+# How ``serve --workers N`` tells its worker processes which configuration to load.
+_CONFIG_ENV = "MEMORY_GATEWAY_CONFIG_FILE"
+
+
+def worker_app() -> Starlette:
+    """The app of one ``serve --workers N`` process (a uvicorn factory)."""
+    settings = load_settings(os.environ[_CONFIG_ENV])
+    clients = build_clients(settings, settings.redis.url)
+
+    @contextlib.asynccontextmanager
+    async def resources() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await clients.aclose()
+
+    return clients.create_app(settings, resources=resources())
+
+
+@contextlib.contextmanager
+def _shared_metrics_dir() -> Iterator[None]:
+    """The directory where the workers' metrics meet, empty when they start.
+
+    Values left by an earlier run would be summed into this one's (counters would jump).
+    Without ``PROMETHEUS_MULTIPROC_DIR`` a private directory is made and removed after.
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="memory-gateway-metrics-"))
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROC_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if not given:
+            shutil.rmtree(path, ignore_errors=True)
+            del os.environ[MULTIPROC_ENV]
+
+
+def _serve_workers(
+    settings: Settings, config_file: str, host: str, port: int, workers: int
+) -> None:
+    if settings.redis.url == "embedded":
+        raise ConfigError(
+            "redis.url: several workers need an external Redis (redis://…), "
+            "the embedded one is private to one process"
+        )
+    os.environ[_CONFIG_ENV] = os.path.abspath(config_file)
+    with _shared_metrics_dir():
+        uvicorn.run(
+            "gateway.cli:worker_app",
+            factory=True,
+            workers=workers,
+            **_server_options(settings, host, port),
+        )
 
 
 async def _work(settings: Settings) -> None:
@@ -86,6 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--config", default="config/gateway.yaml", help="YAML configuration file")
     serve.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default: server.port, 8080)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes sharing the port (more than 1 needs an external Redis)",
+    )
     work = commands.add_parser("worker", help="run summarization jobs (scale out)")
     work.add_argument("--config", default="config/gateway.yaml", help="YAML configuration file")
     check = commands.add_parser("check-config", help="validate a configuration file and exit")
@@ -115,10 +188,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"memory-gateway: invalid configuration: {error}", file=sys.stderr)
             return 2
         return 0
+    host, port = args.host or settings.server.host, args.port or settings.server.port
+    if args.workers > 1:
+        try:
+            _serve_workers(settings, args.config, host, port, args.workers)
+        except ConfigError as error:
+            print(f"memory-gateway: invalid configuration: {error}", file=sys.stderr)
+            return 2
+        return 0
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the normal way to stop
-        asyncio.run(
-            _serve(settings, args.host or settings.server.host, args.port or settings.server.port)
-        )
+        asyncio.run(_serve(settings, host, port))
     return 0
 
 

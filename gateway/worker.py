@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from gateway import metrics
 from gateway.config import Composition, WorkerConfig
 from gateway.memory import durable, recall
 from gateway.memory.jobs import Job, needed_range, run_job
@@ -249,7 +250,10 @@ class Worker:
         except StoreUnavailable as error:
             # Not acknowledged: the notice stays pending and is reclaimed later.
             log.warning("job %s not run: %s", notice.job_id, error)
+            metrics.job_failed("redis_unavailable")
             return
+        if outcome == "conflict":  # it gave up on a session other writers kept busy
+            metrics.job_failed("conflict")
         await self.store.ack_job(notice)
         self.processed += 1
         log.debug("job %s: %s", notice.job_id, outcome)

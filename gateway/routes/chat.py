@@ -18,6 +18,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway import metrics
 from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request
 from gateway.config import Settings
 from gateway.errors import (
@@ -99,6 +100,7 @@ class ChatCompletions:
                     "memory store unavailable; the gateway is configured to fail closed"
                 ) from None
             log.warning("memory degraded for this request: %s", error)
+            metrics.degraded("redis_unavailable")
             return await self.passthrough.forward(
                 request, body=body, extra={"x-memory-status": "degraded"}
             )
@@ -132,14 +134,20 @@ class ChatCompletions:
             "x-memory-receipt": turn.context.receipt.header(),
         }
         record = turn.identity.mode is MemoryMode.ON
+        metrics.tokens(
+            metrics.tokens_sent(chat.messages, turn.plan), turn.context.receipt.total_tokens
+        )
+        timer = metrics.timer(request.scope)
+        timer.upstream_sent()
         try:
             if not chat.stream:
                 return await unless_client_leaves(
-                    request, self._complete(opening, turn, memory_headers, record)
+                    request, self._complete(opening, turn, memory_headers, record, timer)
                 )
             upstream = await unless_client_leaves(request, opening)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
+        timer.upstream_answered()
         if upstream.status_code != 200:
             body = relay_stream(upstream, decoded=True)
             return streamed(upstream, body, decoded=True, extra=memory_headers)
@@ -166,6 +174,7 @@ class ChatCompletions:
         turn: Turn,
         memory_headers: dict[str, str],
         record: bool,
+        timer: metrics.RequestTimer,
     ) -> Response:
         upstream = await opening
         try:
@@ -176,6 +185,7 @@ class ChatCompletions:
             raise UpstreamUnreachable(str(error)) from None
         finally:
             await close_quietly(upstream)
+        timer.upstream_answered()  # the whole answer: it is relayed only once read
         headers = dict(memory_headers)
         if upstream.status_code == 200 and record:
             try:
@@ -211,6 +221,7 @@ class ChatCompletions:
                 # A clean close in mid-answer is a break all the same; without this event
                 # the client would take the truncated answer for the whole one.
                 log.warning("upstream closed the stream before the answer ended")
+                metrics.stream_error("upstream_stream_incomplete")
                 yield sse_error_event(
                     "the upstream closed the stream before the answer ended",
                     "upstream_error",
@@ -222,6 +233,7 @@ class ChatCompletions:
             # Headers are gone: report in-band, and no [DONE] so the client knows.
             log.warning("upstream stream ended abnormally: %s", error)
             code = "upstream_timeout" if error.timeout else "upstream_stream_broken"
+            metrics.stream_error(code)
             yield sse_error_event(str(error), "upstream_error", code)
         finally:
             await close_quietly(upstream)
@@ -250,5 +262,6 @@ class ChatCompletions:
             # The answer reached the client; only memory of it is lost. A client that
             # resends its history will bring the turn back (see reconcile).
             log.warning("turn not recorded: %s", error)
+            metrics.degraded("record_failed")
             return False
         return True

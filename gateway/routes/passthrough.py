@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway import metrics
 from gateway.proxy.headers import request_headers
 from gateway.proxy.upstream import Upstream
 from gateway.routes.relay import (
@@ -39,6 +40,8 @@ class Passthrough:
             headers=headers,
             content=request.stream() if body is None else body,
         )
+        timer = metrics.timer(request.scope)
+        timer.upstream_sent()
         if body is None:
             # The request body is still streaming in: we cannot also watch for a disconnect.
             upstream = await opening
@@ -47,4 +50,5 @@ class Passthrough:
                 upstream = await unless_client_leaves(request, opening)
             except ClientGone:
                 return Response(status_code=CLIENT_CLOSED)
+        timer.upstream_answered()
         return streamed(upstream, relay_stream(upstream), decoded=False, extra=extra)
