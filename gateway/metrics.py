@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.memory.model import PROMPT_ROLES
 from gateway.memory.model import Message as ChatMessage
 from gateway.memory.reconcile import Reconciled
 from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
@@ -154,10 +155,15 @@ def redis_call(call: Callable[..., Any], started: float) -> None:
 # --- tokens ---
 
 
-def _estimate(message: ChatMessage) -> int:
-    # Beyond the loaded tail nothing carries a count; ~4 characters a token, as
-    # tokenizing a whole resent history would cost more than the metric is worth.
-    return TOKENS_PER_MESSAGE + len(message.text) // 4
+def _estimate(messages: Sequence[ChatMessage]) -> int:
+    """~4 characters a token: what nothing counted. Tokenizing a whole resent history
+    would cost more than the metric is worth; a plain string (the usual content) is
+    measured without building its text."""
+    chars = 0
+    for message in messages:
+        content = message.content
+        chars += len(content) if isinstance(content, str) else len(message.text)
+    return TOKENS_PER_MESSAGE * len(messages) + chars // 4
 
 
 def tokens_sent(messages: Sequence[ChatMessage], plan: Reconciled) -> int:
@@ -165,19 +171,22 @@ def tokens_sent(messages: Sequence[ChatMessage], plan: Reconciled) -> int:
 
     The prompt and the new messages were counted when planned; a resent history lines up,
     from its end, with the stored conversation (``plan.prior``), whose messages carry
-    their count; what goes past the loaded tail is estimated.
+    their count; what does not line up, or goes past the loaded tail, is estimated.
     """
     total = TOKENS_PER_REPLY + sum(m.tokens for m in plan.prompt) + sum(m.tokens for m in plan.new)
-    history = [m for m in messages if m.role not in {"system", "developer"}]
+    history = [m for m in messages if m.role not in PROMPT_ROLES]
     history = history[: len(history) - len(plan.new)]
     prior = plan.prior
-    for back, message in enumerate(reversed(history), start=1):
-        known = prior[-back] if back <= len(prior) else None
-        if known is not None and known.tokens and known.same_turn_as(message):
+    lined_up = min(len(history), len(prior))
+    unknown = history[: len(history) - lined_up]
+    for back in range(1, lined_up + 1):
+        known, message = prior[-back], history[-back]
+        # Content equality, not ``same_turn_as``: a cheap check is enough for a count.
+        if known.tokens and known.role == message.role and known.content == message.content:
             total += known.tokens
         else:
-            total += _estimate(message)
-    return total
+            unknown.append(message)
+    return total + _estimate(unknown)
 
 
 def tokens(client: int, forwarded: int) -> None:
