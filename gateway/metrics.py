@@ -139,12 +139,19 @@ def _op_name(call: Callable[..., Any]) -> str:
     """A store call's operation: the RedisStore method it was made in.
 
     ``RedisStore.load.<locals>.build`` -> "load"; a bound client method (``ping``) -> its
-    own name. Derived from code, so bounded and never data.
+    own name. A private wrapper's closure (``_pipeline``'s ``run``) is named after the
+    function it wraps, the builder a public method passed in. Derived from code, so
+    bounded and never data.
     """
     qualname = getattr(call, "__qualname__", None) or type(call).__name__
     name = _op_names.get(qualname)
     if name is None:
         name = _op_names[qualname] = qualname.split(".<locals>")[0].rsplit(".", 1)[-1]
+    if name.startswith("_"):
+        for cell in getattr(call, "__closure__", None) or ():
+            inner = cell.cell_contents
+            if callable(inner) and ".<locals>." in getattr(inner, "__qualname__", ""):
+                return _op_name(inner)
     return name
 
 

@@ -35,6 +35,16 @@ def test_an_operation_is_named_after_the_store_method_it_was_made_in() -> None:
     assert metrics._op_name(Store().load()) == "load"
     assert metrics._op_name(Store().record()) == "record"
     assert metrics._op_name(Store().load) == "load"  # a bound method: its own name
+    assert metrics._op_name(_wrapped(Store().load())) == "load"
+
+
+def _wrapped(build: Any) -> Any:
+    """A private helper's closure, as ``RedisStore._pipeline`` makes around a builder."""
+
+    def run() -> None:
+        build(None)
+
+    return run
 
 
 def msg(role: str, text: str, tokens: int = 0) -> Message:
