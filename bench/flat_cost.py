@@ -1,0 +1,718 @@
+"""Flat cost as conversations grow, and summarization kept off the request path (issue 6).
+
+Part 1, **cost per request against conversation length**. A real gateway process
+(``memory-gateway serve``, external redis-server, ``bench/fast_upstream.py`` as the
+upstream in its own process, ``worker.in_process: false`` so the process does request
+work only) holds sessions of 10 / 100 / 1,000 / 10,000 messages, imported through the
+memory API and flushed (summaries and facts made by the fake summarizer). Each request
+is one new streamed user message asking for a fact stated outside the window (recall
+must find it). Per size: forwarded prompt tokens (``X-Memory-Context-Tokens``), whether
+the answer was forwarded (``/context``), gateway and Redis CPU per request (on-CPU time
+of every thread from ``/proc/<pid>/task/*/schedstat`` over the requests / N), and the
+time to the first SSE event through the gateway and straight to the upstream with the
+same forwarded messages, interleaved (A B B A), the difference being the added latency.
+Beside it, the *full history* a client without the gateway would send: its tokens, its
+bytes, the client's CPU to serialize and count it, and its time to first event straight
+to the upstream. Ratios compare the largest size with the smallest (target <= 1.5x).
+
+Part 2, **time to first token while summaries are made**. A gateway with the in-process
+worker and ``rolling-summary`` (a fold job every turn) whose summarizer answers after
+``--summarizer-ms`` (the fake upstream's ``slow-summarizer``). Probes (streamed, on
+their own sessions, ``X-Memory-Mode: read``) and direct calls run through four phases:
+idle; writers sending turns in ``read`` mode (the same request load, no jobs); writers
+recording turns (jobs enqueued faster than the worker drains them); and the backlog
+draining with no writers. The ``mg:jobs`` stream is sampled every 100 ms: depth (not
+yet delivered + delivered, not acknowledged) and lag (age of the oldest unfinished job).
+
+    python bench/flat_cost.py --quick                # < 1 min
+    python bench/flat_cost.py [--sizes 10,100,1000,10000] [--requests 200] [--json out.json]
+
+Timings on a shared machine are indicative; ratios taken in one run are the numbers
+to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.conversations import DEFAULT_DEPTHS, Fact, generate, mentions  # noqa: E402
+from bench.recall import _DIE_WITH_PARENT, _stop, _wait_healthy, free_port  # noqa: E402
+from gateway.memory.model import Message  # noqa: E402
+from gateway.store.keys import JOB_GROUP, JOB_STREAM  # noqa: E402
+from gateway.tokens import TokenCounter  # noqa: E402
+from tests.support.servers import RedisProcess  # noqa: E402
+
+MODEL = "bench"  # fast_upstream: the first chunk at once, five chunks
+AUTH = {"Authorization": "Bearer sk-bench-flat-cost"}
+IMPORT_BATCH = 500  # messages per import request (the gateway's own batch)
+WINDOW = 8  # hybrid-recall's window: facts older than this must come back through recall
+
+
+# --- Processes -------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """On-CPU time of all of a process's threads, in ns resolution (not 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+@contextlib.contextmanager
+def process(command: Sequence[str], ready: Callable[[], bool]) -> Iterator[int]:
+    """A helper server that dies with the benchmark; its pid once ``ready()``."""
+    with tempfile.TemporaryFile() as log:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _DIE_WITH_PARENT, *command],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while not ready():
+                if child.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    output = log.read()[-2000:].decode()
+                    raise RuntimeError(f"{command} did not start:\n{output}")
+                time.sleep(0.05)
+            yield child.pid
+        finally:
+            _stop(child)
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=1).status_code == 200
+    return False
+
+
+@contextlib.contextmanager
+def fast_upstream() -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    script = str(ROOT / "bench" / "fast_upstream.py")
+    with process([script, "--port", str(port)], lambda: _answers(f"{url}/models")):
+        yield url
+
+
+# The test suite's fake upstream, for its summarizer models (valid summaries and facts).
+_SUMMARIZER = """
+import sys, uvicorn
+from tests.support import fake_upstream
+fake_upstream.SLOW_SUMMARIZER_S = float(sys.argv[2])
+uvicorn.run(fake_upstream.FakeUpstream().app(), host="127.0.0.1", port=int(sys.argv[1]),
+            log_level="warning")
+"""
+
+
+@contextlib.contextmanager
+def summarizer_upstream(delay_s: float) -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    command = ["-c", _SUMMARIZER, str(port), str(delay_s)]
+    with process(command, lambda: _answers(f"{url}/models")):
+        yield url
+
+
+@dataclass(frozen=True)
+class Gateway:
+    url: str
+    pid: int
+
+
+@contextlib.contextmanager
+def gateway(settings: dict[str, Any]) -> Iterator[Gateway]:
+    """``memory-gateway serve`` with these settings (JSON is YAML) on a free port."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="mg-flat-") as workdir:
+        config = Path(workdir) / "gateway.yaml"
+        server = {"host": "127.0.0.1", "port": port, "log_level": "warning"}
+        config.write_text(json.dumps({"server": server, **settings}))
+        logpath = Path(workdir) / "gateway.log"
+        with logpath.open("wb") as logfile:
+            command = ["-m", "gateway.cli", "serve", "--config", str(config)]
+            child = subprocess.Popen(
+                [sys.executable, "-c", _DIE_WITH_PARENT, *command],
+                cwd=ROOT, stdout=logfile, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            base = f"http://127.0.0.1:{port}"
+            try:
+                _wait_healthy(base, child, logpath)
+                yield Gateway(base, child.pid)
+            except Exception:
+                log(f"gateway log:\n{logpath.read_text()[-3000:]}")
+                raise
+            finally:
+                _stop(child)
+
+
+def gateway_settings(
+    redis_url: str, upstream: str, summarizer: str, preset: str, *, summarizer_model: str,
+    in_process_worker: bool,
+) -> dict[str, Any]:  # fmt: skip
+    return {
+        "upstream": {"base_url": upstream},
+        "redis": {"url": redis_url, "timeout_ms": 2000},
+        "memory": {"preset": preset},
+        "summarizer": {"base_url": summarizer, "model": summarizer_model, "timeout_s": 30},
+        "worker": {"in_process": in_process_worker},
+    }
+
+
+# --- Timing one request ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timed:
+    first_event_s: float
+    total_s: float
+    headers: httpx.Headers
+
+
+def stream(client: httpx.Client, url: str, body: bytes, headers: dict[str, str]) -> Timed:
+    """POST a streamed chat request; the time to its first body bytes and to its end."""
+    start = time.perf_counter()
+    with client.stream("POST", url, content=body, headers=headers) as response:
+        if response.status_code != 200:
+            response.read()
+            raise RuntimeError(f"{url}: {response.status_code} {response.text[:300]}")
+        chunks = response.iter_raw()
+        next(chunks)
+        first = time.perf_counter() - start
+        for _ in chunks:
+            pass
+    return Timed(first, time.perf_counter() - start, response.headers)
+
+
+def chat_body(messages: Sequence[dict[str, Any]], *, stream: bool = True) -> bytes:
+    return json.dumps({"model": MODEL, "messages": list(messages), "stream": stream}).encode()
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(value: float) -> float:
+    return round(value * 1000, 3)
+
+
+# --- Part 1: cost against conversation length ------------------------------------------
+
+
+@dataclass
+class Session:
+    id: str
+    messages: tuple[dict[str, str], ...]
+    facts: tuple[Fact, ...]  # stated outside the window: only recall brings them back
+
+
+def conversation(size: int, number: int, seed: int) -> Session:
+    """``size`` messages of generated small talk with facts planted throughout.
+
+    Short ones are the start of a conversation that states a fact in its first message.
+    (Generating 10,000 messages takes seconds: every planted value is checked against
+    every message, which is what makes each fact's answer unambiguous.)
+    """
+    if size < 100:
+        made = generate(seed, number, 100, (0.0,))
+    else:
+        made = generate(seed, number, size, DEFAULT_DEPTHS)
+    # A constraint's answer depends on which of its statements came last; other kinds
+    # have one value each, so finding it in the context is unambiguous.
+    facts = [f for f in made.facts if f.kind != "constraint" and f.index < size - WINDOW]
+    return Session(f"flat-{size}-{number}", made.messages[:size], tuple(facts))
+
+
+def copies(size: int, requests: int) -> int:
+    """Sessions per size, so that the requests' own turns grow no session by much."""
+    return max(1, min(requests, 2000 // size))
+
+
+def post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(path, json=body)
+    if response.status_code != 200:
+        raise RuntimeError(f"{path}: {response.status_code} {response.text[:300]}")
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def load_session(client: httpx.Client, session: Session) -> int:
+    """Import in batches, then run every summarizer job so the tiers are complete; the
+    number of jobs that ran."""
+    path = f"/memory/sessions/{session.id}"
+    for start in range(0, len(session.messages), IMPORT_BATCH):
+        batch = session.messages[start : start + IMPORT_BATCH]
+        post(client, f"{path}/messages", {"messages": batch})
+    ran = 0
+    for _ in range(50):
+        flushed = post(client, f"{path}/flush", {})
+        ran += flushed["ran"]
+        if flushed["pending_jobs"] == 0:
+            return ran
+        time.sleep(0.2)
+    raise RuntimeError(f"{session.id}: jobs still pending")
+
+
+def probe(fact: Fact) -> dict[str, str]:
+    return {"role": "user", "content": fact.probe}
+
+
+def forwarded(client: httpx.Client, session: Session, fact: Fact) -> tuple[list[Any], bool]:
+    """What the gateway forwards for this probe, and whether it holds the answer."""
+    body = json.loads(chat_body([probe(fact)]))
+    context = post(client, f"/memory/sessions/{session.id}/context", body)["messages"]
+    text = " ".join(str(m.get("content") or "") for m in context[:-1])
+    return context, mentions(text, fact.expected)
+
+
+def full_history_cost(counter: TokenCounter, session: Session, fact: Fact) -> dict[str, float]:
+    """What a client without the gateway sends: every message, serialized and counted."""
+    messages = [*session.messages, probe(fact)]
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        body = chat_body(messages)
+        tokens = counter.count_prompt(Message.from_openai(m) for m in messages)
+        best = min(best, time.process_time() - start)
+    return {"tokens": tokens, "bytes": len(body), "cpu_ms": best * 1000}
+
+
+def measure_size(
+    client: httpx.Client, direct: httpx.Client, gw: Gateway, redis_pid: int, upstream: str,
+    size: int, requests: int, seed: int,
+) -> dict[str, Any]:  # fmt: skip
+    counter = TokenCounter()
+    sessions = [conversation(size, n, seed) for n in range(copies(size, requests))]
+    started, cpu = time.monotonic(), cpu_seconds(gw.pid)
+    jobs = sum(load_session(client, session) for session in sessions)
+    # Imports and flushed jobs: the worker's cost, off the request path.
+    load_cpu_s, loaded_s = cpu_seconds(gw.pid) - cpu, time.monotonic() - started
+    plan = [(s, f) for s in sessions for f in s.facts]
+    plan = [plan[i % len(plan)] for i in range(requests)]
+    contexts = {(s.id, f.probe): forwarded(client, s, f) for s, f in plan}
+    full = full_history_cost(counter, *plan[0])
+    full_body = chat_body([*plan[0][0].messages, probe(plan[0][1])])
+    url = f"{upstream}/chat/completions"
+    gw_first, direct_first, full_first, tokens = [], [], [], []
+    cpu_gw, cpu_redis = cpu_seconds(gw.pid), cpu_seconds(redis_pid)
+    for i, (session, fact) in enumerate(plan):
+        headers = {**AUTH, "X-Session-Id": session.id}
+        context, _ = contexts[(session.id, fact.probe)]
+
+        def through_gateway(fact: Fact = fact, headers: dict[str, str] = headers) -> None:
+            timed = stream(client, "/v1/chat/completions", chat_body([probe(fact)]), headers)
+            gw_first.append(timed.first_event_s)
+            tokens.append(int(timed.headers["x-memory-context-tokens"]))
+
+        def straight(context: list[Any] = context) -> None:
+            direct_first.append(stream(direct, url, chat_body(context), AUTH).first_event_s)
+
+        # A B B A: neither path is always the one that runs on a warm cache.
+        for step in (through_gateway, straight) if i % 2 else (straight, through_gateway):
+            step()
+    cpu_gw, cpu_redis = cpu_seconds(gw.pid) - cpu_gw, cpu_seconds(redis_pid) - cpu_redis
+    # The full history straight to the upstream, after the loop: the gateway's CPU above
+    # is its own, and a 10,000-message body would not share the upstream with it.
+    for _ in range(max(3, requests // 4)):
+        full_first.append(stream(direct, url, full_body, AUTH).first_event_s)
+    present = [contexts[(s.id, f.probe)][1] for s, f in plan]
+    return {
+        "messages": size,
+        "sessions": len(sessions),
+        "requests": requests,
+        "load_s": round(loaded_s, 1),
+        "summary_jobs": jobs,
+        # Per job, with the import's own CPU in it (small beside the jobs').
+        "load_cpu_ms_per_job": load_cpu_s / jobs * 1000 if jobs else None,
+        "forwarded_tokens": statistics.mean(tokens),
+        "recall_present": sum(present) / len(present),
+        "gateway_cpu_ms": cpu_gw / requests * 1000,
+        "redis_cpu_ms": cpu_redis / requests * 1000,
+        "gateway_first_event_p50_ms": ms(statistics.median(gw_first)),
+        "direct_first_event_p50_ms": ms(statistics.median(direct_first)),
+        "added_p50_ms": ms(statistics.median(gw_first) - statistics.median(direct_first)),
+        "added_p99_ms": ms(percentile(gw_first, 0.99) - percentile(direct_first, 0.99)),
+        "full_history_tokens": full["tokens"],
+        "full_history_bytes": full["bytes"],
+        "full_history_client_cpu_ms": full["cpu_ms"],
+        "full_history_first_event_p50_ms": ms(statistics.median(full_first)),
+    }
+
+
+RATIO_KEYS = (
+    "forwarded_tokens", "gateway_cpu_ms", "redis_cpu_ms", "added_p50_ms", "added_p99_ms",
+    "gateway_first_event_p50_ms", "full_history_tokens", "full_history_client_cpu_ms",
+    "full_history_first_event_p50_ms", "load_cpu_ms_per_job",
+)  # fmt: skip
+
+
+def ratios(rows: Sequence[dict[str, Any]], base: int) -> dict[str, float | None]:
+    """Each measure at the largest size over the same at ``rows[base]``."""
+    first, last = rows[base], rows[-1]
+    return {key: (last[key] / first[key] if first[key] else None) for key in RATIO_KEYS}
+
+
+def run_flat_cost(args: argparse.Namespace, redis_server: RedisProcess) -> dict[str, Any]:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    redis_pid = redis_server.process.pid if redis_server.process else 0
+    with fast_upstream() as upstream, summarizer_upstream(0.0) as summarizer:
+        settings = gateway_settings(
+            redis_server.url, upstream, summarizer, args.preset,
+            summarizer_model="fake-summarizer", in_process_worker=False,
+        )  # fmt: skip
+        settings["memory"].update(json.loads(args.memory))
+        with gateway(settings) as gw, \
+                httpx.Client(base_url=gw.url, headers=AUTH, timeout=120) as client, \
+                httpx.Client(timeout=120) as direct:  # fmt: skip
+            rows = []
+            for size in sizes:
+                rows.append(measure_size(client, direct, gw, redis_pid, upstream, size,
+                                         args.requests, args.seed))  # fmt: skip
+                log(f"  {size} messages: {rows[-1]}")
+    result = {"preset": args.preset, "rows": rows, "ratio_last_first": ratios(rows, 0)}
+    if len(rows) > 2:
+        # The smallest session's whole history is smaller than the window and the
+        # budget: from the second size on, the context is as full as it gets.
+        result["ratio_last_second"] = ratios(rows, 1)
+    return result
+
+
+def flat_cost_table(result: dict[str, Any]) -> str:
+    head = (
+        "| messages | fwd tokens | recall present | gateway CPU ms/req | Redis CPU ms/req "
+        "| added p50 ms | added p99 ms | gateway 1st event p50 ms | full-history tokens "
+        "| full-history KB | full-history client CPU ms | full-history 1st event p50 ms "
+        "| summary job CPU ms |"
+    )
+    lines = [head, "|" + "---|" * 13]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['messages']:,} | {r['forwarded_tokens']:.0f} | {r['recall_present']:.0%} "
+            f"| {r['gateway_cpu_ms']:.2f} | {r['redis_cpu_ms']:.3f} | {r['added_p50_ms']:.2f} "
+            f"| {r['added_p99_ms']:.2f} | {r['gateway_first_event_p50_ms']:.2f} "
+            f"| {r['full_history_tokens']:,} | {r['full_history_bytes'] / 1024:,.0f} "
+            f"| {r['full_history_client_cpu_ms']:.2f} "
+            f"| {r['full_history_first_event_p50_ms']:.2f} | {_job_cpu(r)} |"
+        )
+    for key in ("ratio_last_first", "ratio_last_second"):
+        if key in result:
+            lines.append(_ratio_row(result["rows"], key, result[key]))
+    return "\n".join(lines)
+
+
+def _job_cpu(row: dict[str, Any]) -> str:
+    cpu = row["load_cpu_ms_per_job"]
+    return "n/a" if cpu is None else f"{cpu:.1f}"
+
+
+def _ratio_row(rows: Sequence[dict[str, Any]], name: str, q: dict[str, float | None]) -> str:
+    base = rows[0 if name == "ratio_last_first" else 1]["messages"]
+
+    def x(key: str) -> str:
+        return "n/a" if q[key] is None else f"{q[key]:.2f}x"
+
+    return (
+        f"| **{rows[-1]['messages']:,} / {base:,}** | {x('forwarded_tokens')} | "
+        f"| {x('gateway_cpu_ms')} | {x('redis_cpu_ms')} | {x('added_p50_ms')} "
+        f"| {x('added_p99_ms')} | {x('gateway_first_event_p50_ms')} "
+        f"| {x('full_history_tokens')} | | {x('full_history_client_cpu_ms')} "
+        f"| {x('full_history_first_event_p50_ms')} | {x('load_cpu_ms_per_job')} |"
+    )
+
+
+# --- Part 2: time to first token while summaries are made ------------------------------
+
+
+@dataclass
+class QueueSample:
+    at: float
+    depth: int  # notices not yet delivered + delivered and not acknowledged
+    oldest_s: float  # age of the oldest unfinished job
+    acked: int  # notices read and acknowledged so far
+
+
+def sample_queue(client: redis.Redis) -> QueueSample:
+    now = time.time()
+    groups = client.xinfo_groups(JOB_STREAM) if client.exists(JOB_STREAM) else []
+    group = next((g for g in groups if g["name"].decode() == JOB_GROUP), None)
+    if group is None:
+        return QueueSample(now, 0, 0.0, 0)
+    pending = int(group["pending"])
+    last = group["last-delivered-id"].decode()
+    waiting = client.xrange(JOB_STREAM, min=f"({last}", count=10_000)
+    oldest_ids = [entry_id for entry_id, _ in waiting[:1]]
+    if pending:
+        summary = client.xpending(JOB_STREAM, JOB_GROUP)
+        oldest_ids.append(summary["min"])
+    ages = [now - int(i.decode().split("-")[0]) / 1000 for i in oldest_ids]
+    read = int(group.get("entries-read") or 0)
+    return QueueSample(now, len(waiting) + pending, max(ages, default=0.0), read - pending)
+
+
+class QueueWatch:
+    """Samples the job stream every ``every_s`` in a thread, until stopped."""
+
+    def __init__(self, url: str, every_s: float = 0.1) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.every_s = every_s
+        self.samples: list[QueueSample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.samples.append(sample_queue(self.client))
+
+    def __enter__(self) -> QueueWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.client.close()
+
+    def between(self, start: float, end: float) -> list[QueueSample]:
+        return [s for s in self.samples if start <= s.at <= end]
+
+
+@dataclass
+class Writers:
+    """Threads sending turns (non-streamed) to their own sessions at a steady pace."""
+
+    url: str
+    count: int
+    interval_s: float
+    mode: str = "on"
+    turns: int = 0
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def _run(self, number: int) -> None:
+        headers = {**AUTH, "X-Session-Id": f"writer-{number}", "X-Memory-Mode": self.mode}
+        with httpx.Client(base_url=self.url, timeout=60) as client:
+            turn = 0
+            while not self._stop.is_set():
+                turn += 1
+                text = f"Turn {turn}: my note number {turn} is about the garden and the budget."
+                body = chat_body([{"role": "user", "content": text}], stream=False)
+                try:
+                    response = client.post("/v1/chat/completions", content=body, headers=headers)
+                    if response.status_code != 200:
+                        self.errors.append(f"{response.status_code} {response.text[:200]}")
+                    self.turns += 1
+                except httpx.HTTPError as error:
+                    self.errors.append(repr(error))
+                self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> Writers:
+        for number in range(self.count):
+            thread = threading.Thread(target=self._run, args=(number,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+PROBE_SESSIONS = 4
+
+
+def probe_phase(
+    client: httpx.Client, direct: httpx.Client, upstream: str, seconds: float,
+    until: Callable[[], bool] = lambda: False,
+) -> dict[str, list[float]]:  # fmt: skip
+    """Probes every 20 ms for ``seconds`` (or until ``until()``): gateway and direct."""
+    question = [{"role": "user", "content": "What is my booking reference?"}]
+    body = chat_body(question)
+    gw_first, direct_first = [], []
+    deadline = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < deadline and not until():
+        headers = {**AUTH, "X-Session-Id": f"probe-{i % PROBE_SESSIONS}", "X-Memory-Mode": "read"}
+
+        def through_gateway(headers: dict[str, str] = headers) -> None:
+            gw_first.append(stream(client, "/v1/chat/completions", body, headers).first_event_s)
+
+        def straight() -> None:
+            direct_first.append(
+                stream(direct, f"{upstream}/chat/completions", body, AUTH).first_event_s
+            )
+
+        for step in (through_gateway, straight) if i % 2 else (straight, through_gateway):
+            step()
+        i += 1
+        time.sleep(0.02)
+    return {"gateway": gw_first, "direct": direct_first}
+
+
+def summarize_phase(
+    name: str, timings: dict[str, list[float]], queue: list[QueueSample], cpu_s: float,
+    seconds: float, writers: Writers | None,
+) -> dict[str, Any]:  # fmt: skip
+    gw, direct = timings["gateway"], timings["direct"]
+    depths = [s.depth for s in queue] or [0]
+    acked = (queue[-1].acked - queue[0].acked) if len(queue) > 1 else 0
+    return {
+        "phase": name,
+        "seconds": round(seconds, 1),
+        "probes": len(gw),
+        "gateway_ttft_p50_ms": ms(statistics.median(gw)),
+        "gateway_ttft_p99_ms": ms(percentile(gw, 0.99)),
+        "direct_ttft_p50_ms": ms(statistics.median(direct)),
+        "added_p50_ms": ms(statistics.median(gw) - statistics.median(direct)),
+        "added_p99_ms": ms(percentile(gw, 0.99) - percentile(direct, 0.99)),
+        "writer_turns_per_s": round(writers.turns / seconds, 1) if writers else 0.0,
+        "writer_errors": len(writers.errors) if writers else 0,
+        "jobs_done_per_s": round(acked / seconds, 1),
+        "queue_depth_mean": round(statistics.mean(depths), 1),
+        "queue_depth_max": max(depths),
+        "oldest_job_age_max_s": round(max((s.oldest_s for s in queue), default=0.0), 2),
+        "gateway_cpu_percent": round(cpu_s / seconds * 100, 1),
+    }
+
+
+def run_summarization(args: argparse.Namespace, redis_server: RedisProcess) -> dict[str, Any]:
+    redis_server.client().flushall()
+    with fast_upstream() as upstream, summarizer_upstream(args.summarizer_ms / 1000) as summ:
+        settings = gateway_settings(
+            redis_server.url, upstream, summ, "rolling-summary",
+            summarizer_model="slow-summarizer", in_process_worker=True,
+        )  # fmt: skip
+        with gateway(settings) as gw, QueueWatch(redis_server.url) as watch, \
+                httpx.Client(base_url=gw.url, headers=AUTH, timeout=60) as client, \
+                httpx.Client(timeout=60) as direct:  # fmt: skip
+            for n in range(PROBE_SESSIONS):
+                session = conversation(20, n, args.seed)
+                post(client, f"/memory/sessions/probe-{n}/messages",
+                     {"messages": session.messages})  # fmt: skip
+            while sample_queue(watch.client).depth:  # the imports' own jobs
+                time.sleep(0.1)
+            phases = []
+
+            def phase(name: str, writers: Writers | None, until: Callable[[], bool]) -> None:
+                cpu, start = cpu_seconds(gw.pid), time.time()
+                with writers or contextlib.nullcontext():
+                    timings = probe_phase(client, direct, upstream, args.phase_s, until)
+                seconds = time.time() - start
+                phases.append(summarize_phase(
+                    name, timings, watch.between(start, time.time()),
+                    cpu_seconds(gw.pid) - cpu, seconds, writers,
+                ))  # fmt: skip
+                log(f"  {phases[-1]}")
+
+            def never() -> bool:
+                return False
+
+            def drained() -> bool:
+                return bool(watch.samples) and watch.samples[-1].depth == 0
+
+            writers = args.writers, args.writer_interval_ms / 1000
+            phase("idle", None, never)
+            phase("writers, read mode (no jobs)", Writers(gw.url, *writers, mode="read"), never)
+            phase("writers recording (jobs made)", Writers(gw.url, *writers), never)
+            phase("jobs draining, no writers", None, drained)
+    return {"summarizer_ms": args.summarizer_ms, "phases": phases}
+
+
+def summarization_table(result: dict[str, Any]) -> str:
+    head = (
+        "| phase | probes | gateway TTFT p50 / p99 ms | direct p50 ms | added p50 / p99 ms "
+        "| writer turns/s | jobs done/s | queue depth mean / max | oldest job max s "
+        "| gateway CPU % |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    for p in result["phases"]:
+        lines.append(
+            f"| {p['phase']} | {p['probes']} "
+            f"| {p['gateway_ttft_p50_ms']:.2f} / {p['gateway_ttft_p99_ms']:.2f} "
+            f"| {p['direct_ttft_p50_ms']:.2f} | {p['added_p50_ms']:.2f} / {p['added_p99_ms']:.2f} "
+            f"| {p['writer_turns_per_s']} | {p['jobs_done_per_s']} "
+            f"| {p['queue_depth_mean']} / {p['queue_depth_max']} | {p['oldest_job_age_max_s']} "
+            f"| {p['gateway_cpu_percent']} |"
+        )
+    return "\n".join(lines)
+
+
+# --- Main ------------------------------------------------------------------------------
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10,100,1000,10000", help="messages per session")
+    parser.add_argument("--requests", type=int, default=200, help="requests per size")
+    parser.add_argument("--preset", default="hybrid-recall", help="part 1's preset")
+    parser.add_argument(
+        "--memory", default="{}", help='part 1: JSON merged into the memory settings, e.g. '
+        '\'{"budget_tokens": 2000}\' or a "tiers" composition to try a change')  # fmt: skip
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--summarizer-ms", type=float, default=200, help="per summarizer call")
+    parser.add_argument("--writers", type=int, default=4, help="part 2's writing sessions")
+    parser.add_argument("--writer-interval-ms", type=float, default=50)
+    parser.add_argument("--phase-s", type=float, default=10, help="seconds per part 2 phase")
+    parser.add_argument("--parts", default="cost,summaries", help="cost, summaries or both")
+    parser.add_argument("--quick", action="store_true",
+                        help="sizes up to 5,000, 30 requests, 3 s phases: < 1 min")  # fmt: skip
+    parser.add_argument("--json", type=Path, help="write every number here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        # Making 10,000 messages' summaries alone takes ~40 s (see load_cpu_ms_per_job).
+        args.sizes, args.requests, args.phase_s = "10,100,1000,5000", 30, 3.0
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    parts = args.parts.split(",")
+    results: dict[str, Any] = {}
+    redis_server = RedisProcess().start()
+    try:
+        if "cost" in parts:
+            log(f"part 1: {args.requests} requests at each of {args.sizes} messages")
+            results["flat_cost"] = run_flat_cost(args, redis_server)
+        if "summaries" in parts:
+            log(f"part 2: {args.phase_s} s phases, summarizer {args.summarizer_ms} ms a call")
+            results["summarization"] = run_summarization(args, redis_server)
+    finally:
+        redis_server.cleanup()
+    if "flat_cost" in results:
+        print(f"\n### Cost per request against conversation length ({args.preset})\n")
+        print(flat_cost_table(results["flat_cost"]))
+    if "summarization" in results:
+        print("\n### Time to first token while summaries are made (rolling-summary)\n")
+        print(summarization_table(results["summarization"]))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
