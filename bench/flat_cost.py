@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +56,15 @@ if str(ROOT) not in sys.path:
 
 from bench.conversations import DEFAULT_DEPTHS, Fact, generate, mentions  # noqa: E402
 from bench.recall import _DIE_WITH_PARENT, _stop, _wait_healthy, free_port  # noqa: E402
+from gateway.identity import tenant_id  # noqa: E402
 from gateway.memory.model import Message  # noqa: E402
-from gateway.store.keys import JOB_GROUP, JOB_STREAM  # noqa: E402
+from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys  # noqa: E402
 from gateway.tokens import TokenCounter  # noqa: E402
 from tests.support.servers import RedisProcess  # noqa: E402
 
 MODEL = "bench"  # fast_upstream: the first chunk at once, five chunks
-AUTH = {"Authorization": "Bearer sk-bench-flat-cost"}
+API_KEY = "sk-bench-flat-cost"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 IMPORT_BATCH = 500  # messages per import request (the gateway's own batch)
 WINDOW = 8  # hybrid-recall's window: facts older than this must come back through recall
 
@@ -286,6 +288,16 @@ def forwarded(client: httpx.Client, session: Session, fact: Fact) -> tuple[list[
     return context, mentions(text, fact.expected)
 
 
+def stored_kb(store: redis.Redis, session_id: str) -> dict[str, float]:
+    """Redis memory of the session's message log, recall index and tiers (one string:
+    summaries, facts; read whole by every request)."""
+    keys = SessionKeys(tenant_id(store.get(TENANT_SECRET_KEY) or b"", API_KEY), session_id)
+    return {
+        f"{name}_kb": (store.memory_usage(getattr(keys, name)) or 0) / 1024
+        for name in ("log", "index", "tiers")
+    }
+
+
 def full_history_cost(counter: TokenCounter, session: Session, fact: Fact) -> dict[str, float]:
     """What a client without the gateway sends: every message, serialized and counted."""
     messages = [*session.messages, probe(fact)]
@@ -299,8 +311,8 @@ def full_history_cost(counter: TokenCounter, session: Session, fact: Fact) -> di
 
 
 def measure_size(
-    client: httpx.Client, direct: httpx.Client, gw: Gateway, redis_pid: int, upstream: str,
-    size: int, requests: int, seed: int,
+    client: httpx.Client, direct: httpx.Client, gw: Gateway, store: redis.Redis, redis_pid: int,
+    upstream: str, size: int, requests: int, seed: int,
 ) -> dict[str, Any]:  # fmt: skip
     counter = TokenCounter()
     sessions = [conversation(size, n, seed) for n in range(copies(size, requests))]
@@ -308,6 +320,7 @@ def measure_size(
     jobs = sum(load_session(client, session) for session in sessions)
     # Imports and flushed jobs: the worker's cost, off the request path.
     load_cpu_s, loaded_s = cpu_seconds(gw.pid) - cpu, time.monotonic() - started
+    stored = stored_kb(store, sessions[0].id)
     plan = [(s, f) for s in sessions for f in s.facts]
     plan = [plan[i % len(plan)] for i in range(requests)]
     contexts = {(s.id, f.probe): forwarded(client, s, f) for s, f in plan}
@@ -345,6 +358,7 @@ def measure_size(
         "summary_jobs": jobs,
         # Per job, with the import's own CPU in it (small beside the jobs').
         "load_cpu_ms_per_job": load_cpu_s / jobs * 1000 if jobs else None,
+        **stored,
         "forwarded_tokens": statistics.mean(tokens),
         "recall_present": sum(present) / len(present),
         "gateway_cpu_ms": cpu_gw / requests * 1000,
@@ -361,6 +375,7 @@ def measure_size(
 
 
 RATIO_KEYS = (
+    "tiers_kb",
     "forwarded_tokens", "gateway_cpu_ms", "redis_cpu_ms", "added_p50_ms", "added_p99_ms",
     "gateway_first_event_p50_ms", "full_history_tokens", "full_history_client_cpu_ms",
     "full_history_first_event_p50_ms", "load_cpu_ms_per_job",
@@ -382,12 +397,12 @@ def run_flat_cost(args: argparse.Namespace, redis_server: RedisProcess) -> dict[
             summarizer_model="fake-summarizer", in_process_worker=False,
         )  # fmt: skip
         settings["memory"].update(json.loads(args.memory))
-        with gateway(settings) as gw, \
+        with gateway(settings) as gw, redis_server.client() as store, \
                 httpx.Client(base_url=gw.url, headers=AUTH, timeout=120) as client, \
                 httpx.Client(timeout=120) as direct:  # fmt: skip
             rows = []
             for size in sizes:
-                rows.append(measure_size(client, direct, gw, redis_pid, upstream, size,
+                rows.append(measure_size(client, direct, gw, store, redis_pid, upstream, size,
                                          args.requests, args.seed))  # fmt: skip
                 log(f"  {size} messages: {rows[-1]}")
     result = {"preset": args.preset, "rows": rows, "ratio_last_first": ratios(rows, 0)}
@@ -400,15 +415,18 @@ def run_flat_cost(args: argparse.Namespace, redis_server: RedisProcess) -> dict[
 
 def flat_cost_table(result: dict[str, Any]) -> str:
     head = (
-        "| messages | fwd tokens | recall present | gateway CPU ms/req | Redis CPU ms/req "
+        "| messages | tiers / index / log KB | fwd tokens | recall present "
+        "| gateway CPU ms/req | Redis CPU ms/req "
         "| added p50 ms | added p99 ms | gateway 1st event p50 ms | full-history tokens "
         "| full-history KB | full-history client CPU ms | full-history 1st event p50 ms "
         "| summary job CPU ms |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for r in result["rows"]:
         lines.append(
-            f"| {r['messages']:,} | {r['forwarded_tokens']:.0f} | {r['recall_present']:.0%} "
+            f"| {r['messages']:,} "
+            f"| {r['tiers_kb']:,.0f} / {r['index_kb']:,.0f} / {r['log_kb']:,.0f} "
+            f"| {r['forwarded_tokens']:.0f} | {r['recall_present']:.0%} "
             f"| {r['gateway_cpu_ms']:.2f} | {r['redis_cpu_ms']:.3f} | {r['added_p50_ms']:.2f} "
             f"| {r['added_p99_ms']:.2f} | {r['gateway_first_event_p50_ms']:.2f} "
             f"| {r['full_history_tokens']:,} | {r['full_history_bytes'] / 1024:,.0f} "
@@ -433,7 +451,7 @@ def _ratio_row(rows: Sequence[dict[str, Any]], name: str, q: dict[str, float | N
         return "n/a" if q[key] is None else f"{q[key]:.2f}x"
 
     return (
-        f"| **{rows[-1]['messages']:,} / {base:,}** | {x('forwarded_tokens')} | "
+        f"| **{rows[-1]['messages']:,} / {base:,}** | {x('tiers_kb')} | {x('forwarded_tokens')} | "
         f"| {x('gateway_cpu_ms')} | {x('redis_cpu_ms')} | {x('added_p50_ms')} "
         f"| {x('added_p99_ms')} | {x('gateway_first_event_p50_ms')} "
         f"| {x('full_history_tokens')} | | {x('full_history_client_cpu_ms')} "
@@ -463,8 +481,9 @@ def sample_queue(client: redis.Redis) -> QueueSample:
     waiting = client.xrange(JOB_STREAM, min=f"({last}", count=10_000)
     oldest_ids = [entry_id for entry_id, _ in waiting[:1]]
     if pending:
-        summary = client.xpending(JOB_STREAM, JOB_GROUP)
-        oldest_ids.append(summary["min"])
+        oldest_pending = client.xpending(JOB_STREAM, JOB_GROUP)["min"]
+        if oldest_pending is not None:  # acknowledged since XINFO
+            oldest_ids.append(oldest_pending)
     ages = [now - int(i.decode().split("-")[0]) / 1000 for i in oldest_ids]
     read = int(group.get("entries-read") or 0)
     return QueueSample(now, len(waiting) + pending, max(ages, default=0.0), read - pending)
@@ -597,47 +616,98 @@ def summarize_phase(
     }
 
 
+def preload(args: argparse.Namespace, redis_url: str, upstream: str) -> None:
+    """Probe sessions, and the writers' earlier history, summarized at full speed by a
+    gateway of their own (the measured one reads them from the same Redis, same tenant)."""
+    with summarizer_upstream(0.0) as summarizer:
+        settings = gateway_settings(
+            redis_url, upstream, summarizer, args.summary_preset,
+            summarizer_model="fake-summarizer", in_process_worker=False,
+        )  # fmt: skip
+        with gateway(settings) as gw, \
+                httpx.Client(base_url=gw.url, headers=AUTH, timeout=120) as client:  # fmt: skip
+            for n in range(PROBE_SESSIONS):
+                load_session(client, replace(conversation(20, n, args.seed), id=f"probe-{n}"))
+            for n in range(args.writers if args.writer_history else 0):
+                history = conversation(args.writer_history, 100 + n, args.seed)
+                load_session(client, replace(history, id=f"writer-{n}"))
+
+
+@dataclass
+class Phases:
+    """Runs probe phases against one gateway and collects a row for each."""
+
+    args: argparse.Namespace
+    gw: Gateway
+    upstream: str
+    watch: QueueWatch
+    client: httpx.Client
+    direct: httpx.Client
+    rows: list[dict[str, Any]]
+
+    def run(self, name: str, mode: str | None, until: Callable[[], bool] | None = None) -> None:
+        """A phase with writers in ``mode`` (None: no writers)."""
+        pace = self.args.writers, self.args.writer_interval_ms / 1000
+        writers = Writers(self.gw.url, *pace, mode=mode) if mode else None
+        cpu, start = cpu_seconds(self.gw.pid), time.time()
+        with writers or contextlib.nullcontext():
+            timings = probe_phase(
+                self.client, self.direct, self.upstream, self.args.phase_s,
+                until or (lambda: False),
+            )  # fmt: skip
+        seconds = time.time() - start
+        self.rows.append(summarize_phase(
+            name, timings, self.watch.between(start, time.time()),
+            cpu_seconds(self.gw.pid) - cpu, seconds, writers,
+        ))  # fmt: skip
+        log(f"  {self.rows[-1]}")
+
+    def drained(self) -> bool:
+        return bool(self.watch.samples) and self.watch.samples[-1].depth == 0
+
+
+@contextlib.contextmanager
+def phases_on(
+    args: argparse.Namespace, settings: dict[str, Any], upstream: str, redis_url: str,
+    rows: list[dict[str, Any]],
+) -> Iterator[Phases]:  # fmt: skip
+    with gateway(settings) as gw, QueueWatch(redis_url) as watch, \
+            httpx.Client(base_url=gw.url, headers=AUTH, timeout=60) as client, \
+            httpx.Client(timeout=60) as direct:  # fmt: skip
+        yield Phases(args, gw, upstream, watch, client, direct, rows)
+
+
 def run_summarization(args: argparse.Namespace, redis_server: RedisProcess) -> dict[str, Any]:
     redis_server.client().flushall()
+    rows: list[dict[str, Any]] = []
     with fast_upstream() as upstream, summarizer_upstream(args.summarizer_ms / 1000) as summ:
-        settings = gateway_settings(
-            redis_server.url, upstream, summ, "rolling-summary",
-            summarizer_model="slow-summarizer", in_process_worker=True,
-        )  # fmt: skip
-        with gateway(settings) as gw, QueueWatch(redis_server.url) as watch, \
-                httpx.Client(base_url=gw.url, headers=AUTH, timeout=60) as client, \
-                httpx.Client(timeout=60) as direct:  # fmt: skip
-            for n in range(PROBE_SESSIONS):
-                session = conversation(20, n, args.seed)
-                post(client, f"/memory/sessions/probe-{n}/messages",
-                     {"messages": session.messages})  # fmt: skip
-            while sample_queue(watch.client).depth:  # the imports' own jobs
+        preload(args, redis_server.url, upstream)
+
+        def settings(in_process_worker: bool) -> dict[str, Any]:
+            return gateway_settings(
+                redis_server.url, upstream, summ, args.summary_preset,
+                summarizer_model="slow-summarizer", in_process_worker=in_process_worker,
+            )  # fmt: skip
+
+        with phases_on(args, settings(True), upstream, redis_server.url, rows) as phases:
+            # Notices of the preloaded (and already flushed) jobs: gone through quickly.
+            deadline = time.monotonic() + 120
+            while not phases.drained() and time.monotonic() < deadline:
                 time.sleep(0.1)
-            phases = []
-
-            def phase(name: str, writers: Writers | None, until: Callable[[], bool]) -> None:
-                cpu, start = cpu_seconds(gw.pid), time.time()
-                with writers or contextlib.nullcontext():
-                    timings = probe_phase(client, direct, upstream, args.phase_s, until)
-                seconds = time.time() - start
-                phases.append(summarize_phase(
-                    name, timings, watch.between(start, time.time()),
-                    cpu_seconds(gw.pid) - cpu, seconds, writers,
-                ))  # fmt: skip
-                log(f"  {phases[-1]}")
-
-            def never() -> bool:
-                return False
-
-            def drained() -> bool:
-                return bool(watch.samples) and watch.samples[-1].depth == 0
-
-            writers = args.writers, args.writer_interval_ms / 1000
-            phase("idle", None, never)
-            phase("writers, read mode (no jobs)", Writers(gw.url, *writers, mode="read"), never)
-            phase("writers recording (jobs made)", Writers(gw.url, *writers), never)
-            phase("jobs draining, no writers", None, drained)
-    return {"summarizer_ms": args.summarizer_ms, "phases": phases}
+            phases.run("idle", None)
+            phases.run("writers, read mode (no jobs)", "read")
+            phases.run("writers recording (jobs made and run)", "on")
+            phases.run("jobs draining, no writers", None, phases.drained)
+        # The same recording load on a gateway that runs no jobs (as with a separate
+        # `memory-gateway worker`): what is left is the recording's own cost.
+        with phases_on(args, settings(False), upstream, redis_server.url, rows) as phases:
+            phases.run("writers recording, no worker in the process", "on")
+    return {
+        "preset": args.summary_preset,
+        "summarizer_ms": args.summarizer_ms,
+        "writer_history": args.writer_history,
+        "phases": rows,
+    }
 
 
 def summarization_table(result: dict[str, Any]) -> str:
@@ -678,6 +748,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--summarizer-ms", type=float, default=200, help="per summarizer call")
     parser.add_argument("--writers", type=int, default=4, help="part 2's writing sessions")
     parser.add_argument("--writer-interval-ms", type=float, default=50)
+    parser.add_argument(
+        "--writer-history",
+        type=int,
+        default=0,
+        help="part 2: messages in each writer's session before it starts",
+    )
+    parser.add_argument("--summary-preset", default="rolling-summary", help="part 2's preset")
     parser.add_argument("--phase-s", type=float, default=10, help="seconds per part 2 phase")
     parser.add_argument("--parts", default="cost,summaries", help="cost, summaries or both")
     parser.add_argument("--quick", action="store_true",
@@ -708,7 +785,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"\n### Cost per request against conversation length ({args.preset})\n")
         print(flat_cost_table(results["flat_cost"]))
     if "summarization" in results:
-        print("\n### Time to first token while summaries are made (rolling-summary)\n")
+        summaries = results["summarization"]
+        print(
+            f"\n### Time to first token while summaries are made ({summaries['preset']}, "
+            f"writers' sessions {summaries['writer_history']:,} messages long)\n"
+        )
         print(summarization_table(results["summarization"]))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
