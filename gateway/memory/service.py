@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 from gateway.config import Composition, EmbeddingsConfig, MemoryConfig
 from gateway.identity import Identity
@@ -21,7 +23,14 @@ from gateway.memory.model import Message, Pin, SessionState
 from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import RedisStore, TailMoved
+from gateway.store.redis_store import (
+    Archive,
+    Joining,
+    Loaded,
+    Predicted,
+    RedisStore,
+    TailMoved,
+)
 from gateway.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -32,6 +41,44 @@ END_JOB = Job("end", 0, 0, 0)
 # Records that lost a race for the tail and were planned again; each race needs another
 # turn to land in between, so a few attempts are plenty.
 RECORD_ATTEMPTS = 5
+# A load brings this many messages per recall hit wanted, those the rarest query terms
+# are densest in. On bench/recall.py's conversations (3 x 320 messages) a second read was
+# needed for 0 of 75 literal probes and 3 of 75 paraphrased ones (3 per hit: 0 and 6;
+# the newest postings first instead: 7 and 17 at 3 per hit).
+CANDIDATES_PER_HIT = 4
+# Users and sessions remembered for prefetching (a few MB at most).
+RECENT_ENTRIES = 10_000
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Recent(Generic[K, V]):
+    """A bounded mapping that forgets the least recently written entry first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K, default: V) -> V:
+        return self._items.get(key, default)
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+class _RecentSet(Generic[K]):
+    def __init__(self, size: int) -> None:
+        self._items: _Recent[K, bool] = _Recent(size)
+
+    def add(self, key: K) -> None:
+        self._items.put(key, True)
+
+    def __contains__(self, key: K) -> bool:
+        return self._items.get(key, False)
 
 
 def _query(messages: Sequence[Message]) -> str:
@@ -50,6 +97,7 @@ class Turn:
     context: Context
     model: str
     messages: tuple[Message, ...]  # as the client sent them: planned again if the tail moved
+    siblings: tuple[str, ...] | None = None  # the user's sessions, when the load read them
 
 
 def session_keys(identity: Identity) -> SessionKeys:
@@ -69,6 +117,13 @@ class MemoryService:
         self.config = config
         self.composition: Composition = config.composition
         self.embedder = embedder
+        # Prefetch hints, never trusted as data: which sessions a user's history named at
+        # their last request (their archives come with the next load), and which sessions
+        # are past the young-session age (no cross-session recall, nothing to prefetch).
+        self._peers: _Recent[UserKeys, tuple[SessionKeys, ...]] = _Recent(RECENT_ENTRIES)
+        self._grown: _RecentSet[SessionKeys] = _RecentSet(RECENT_ENTRIES)
+        # And the sessions known to be their user's already (no idle check to prepare).
+        self._joined: _RecentSet[tuple[SessionKeys, str | None]] = _RecentSet(RECENT_ENTRIES)
 
     def _counted(
         self, messages: tuple[Message, ...], model: str, memo: dict[int, Message]
@@ -85,20 +140,38 @@ class MemoryService:
         return tuple(out)
 
     async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
-        """Load the session and plan the context (raises ``StoreUnavailable``)."""
+        """Load the session and plan the context (raises ``StoreUnavailable``).
+
+        One round trip, usually: the load brings the recall candidates of this session
+        and of the user's earlier sessions known from their last request (see ``_Recent``).
+        """
         keys = session_keys(identity)
         composition = self.composition
         query = _query(messages) if composition.recall is not None else ""
         user = self._user_keys(identity)
-        state = await self.store.load(
-            keys, self.config.reconcile_tail, query_terms=recall.terms(query), user=user
+        young_tier = composition.cross_session
+        maybe_young = young_tier is not None and keys not in self._grown
+        # A session not known to be its user's may be new to them: their other sessions
+        # are read now, for the record to find the idle ones among them (see _joining).
+        joined = (keys, identity.user_id)
+        maybe_new = user is not None and young_tier is not None and joined not in self._joined
+        loaded = await self.store.load_turn(
+            keys,
+            self.config.reconcile_tail,
+            query_terms=recall.terms(query),
+            user=user,
+            candidates=self._candidates(),
+            peers=self._peers.get(user, ()) if user is not None and query and maybe_young else (),
+            user_sessions=maybe_new,
         )
+        state = loaded.state
+        if user is not None and state.user_id == identity.user_id:
+            self._joined.add(joined)
         plan = self._plan(messages, state, model)
-        young = (
-            composition.cross_session is not None
-            and state.message_count < composition.cross_session.young_session_messages
-        )
-        recalled = await self._recall(keys, state, plan, query, user if young else None, model)
+        young = young_tier is not None and state.message_count < young_tier.young_session_messages
+        if young_tier is not None and not young:
+            self._grown.add(keys)  # sessions only grow: no more prefetching for this one
+        recalled = await self._recall(keys, loaded, plan, query, user if young else None, model)
         context = assemble(
             plan,
             tiers=state.tiers,
@@ -110,7 +183,16 @@ class MemoryService:
             recalled=recalled,
             profile=state.profile if young else None,
         )
-        return Turn(keys, identity, state, plan, context, model, messages)
+        siblings = loaded.user_sessions
+        return Turn(keys, identity, state, plan, context, model, messages, siblings)
+
+    def _candidates(self) -> int:
+        """Messages a load brings per session for recall to choose its hits from."""
+        tier = self.composition.recall
+        if tier is None:
+            return 0
+        wanted = tier.embeddings.candidates if tier.embeddings and self.embedder else tier.hits
+        return CANDIDATES_PER_HIT * wanted
 
     def _plan(self, messages: tuple[Message, ...], state: SessionState, model: str) -> Reconciled:
         plan = reconcile(messages, state)
@@ -137,7 +219,7 @@ class MemoryService:
     async def _recall(
         self,
         keys: SessionKeys,
-        state: SessionState,
+        loaded: Loaded,
         plan: Reconciled,
         query: str,
         user: UserKeys | None,
@@ -145,12 +227,13 @@ class MemoryService:
     ) -> list[Recalled]:
         """Archived messages matching the new user message, best first, outside the window.
 
-        The postings came with the load; the hits cost one more round trip, and only when
-        there are any. A young session of a known user also searches their last sessions.
+        The postings and the likely hits came with the load; a hit that did not costs one
+        more round trip. A young session of a known user also searches their last sessions.
         """
         tier = self.composition.recall
         if tier is None or not query:
             return []
+        state = loaded.state
         shown = {
             m.index for unit in window_units(plan, state.tiers, self.composition) for m in unit
         }
@@ -169,18 +252,33 @@ class MemoryService:
             hits = await self._rerank(keys, query, hits, embeddings, tier.hits)
         # This session's matches first; the user's earlier sessions fill what is left.
         best = [(keys, hit.index) for hit in hits[: tier.hits]]
+        archives = {keys: loaded.archive}
         if user is not None and tier.across_sessions and state.history and len(best) < tier.hits:
-            others = await self._recall_elsewhere(keys, state, query, tier.hits)
+            others, elsewhere = await self._recall_elsewhere(keys, user, loaded, query, tier.hits)
             strong = sorted((o for o in others if o[0] >= tier.min_score), key=lambda o: -o[0])
             best += [(session, index) for _, session, index in strong][: tier.hits - len(best)]
-        out: list[Recalled] = []
+            archives |= elsewhere
+        tail = {m.index: m for m in state.tail}
+        found: dict[tuple[SessionKeys, int], Message] = {}
+        for session, index in best:
+            message = tail.get(index) if session == keys else None
+            message = message or (archives[session].message(index) if session in archives else None)
+            if message is not None:
+                found[(session, index)] = message
         for session in dict.fromkeys(session for session, _ in best):
-            indexes = [index for k, index in best if k == session]
-            for message in await self.store.messages_at(session, indexes):
-                label = None if session == keys else session.session_id
-                out.append(Recalled(self._counted((message,), model, {})[0], label))
-        order = {(k.session_id, index): n for n, (k, index) in enumerate(best)}
-        return sorted(out, key=lambda r: order[(r.session or keys.session_id, r.message.index)])
+            missing = [i for k, i in best if k == session and (k, i) not in found]
+            if missing:  # a hit the load's candidates missed
+                found |= {
+                    (session, m.index): m for m in await self.store.messages_at(session, missing)
+                }
+        return [
+            Recalled(
+                self._counted((found[hit],), model, {})[0],
+                None if hit[0] == keys else hit[0].session_id,
+            )
+            for hit in best
+            if hit in found
+        ]
 
     async def _rerank(
         self,
@@ -203,61 +301,73 @@ class MemoryService:
         return recall.rerank(hits, vector, vectors, weight=config.weight, limit=limit)
 
     async def _recall_elsewhere(
-        self, keys: SessionKeys, state: SessionState, query: str, limit: int
-    ) -> list[tuple[float, SessionKeys, int]]:
+        self, keys: SessionKeys, user: UserKeys, loaded: Loaded, query: str, limit: int
+    ) -> tuple[list[tuple[float, SessionKeys, int]], dict[SessionKeys, Archive]]:
+        """Matches in the user's ended sessions (their history, as loaded with this
+        request), and those sessions' archives. Only sessions the history names are
+        searched: a prefetched one it no longer names (erased) is ignored."""
         sessions = [
             SessionKeys(keys.tenant, entry["session_id"])
-            for entry in state.history
+            for entry in loaded.state.history
             if entry.get("session_id") and entry["session_id"] != keys.session_id
         ]
-        postings = await self.store.postings(sessions, recall.terms(query))
+        self._peers.put(user, tuple(sessions))
+        archives = {s: loaded.peers[s] for s in sessions if s in loaded.peers}
+        missing = [s for s in sessions if s not in archives]
+        if missing:  # the user's history changed since this process last saw it
+            terms = recall.terms(query)
+            fetched = await self.store.archives(missing, terms, self._candidates())
+            archives |= dict(zip(missing, fetched, strict=True))
         found = []
-        for session, (posting, documents, length) in zip(sessions, postings, strict=True):
+        for session, archive in archives.items():
             for hit in recall.rank(
-                query, posting, documents=documents, total_length=length, limit=limit
+                query,
+                archive.postings,
+                documents=archive.documents,
+                total_length=archive.total_length,
+                limit=limit,
             ):
                 found.append((hit.score, session, hit.index))
-        return found
+        return found, archives
 
     async def record(self, turn: Turn, answer: Message, *, now: float) -> None:
-        """Append this turn's new messages and the answer atomically, then enqueue jobs.
+        """Append this turn's new messages and the answer atomically, with their jobs.
 
         A plan that relied on the stored tail is made again when a concurrent turn landed
         first (``TailMoved``); after ``RECORD_ATTEMPTS`` such races the turn is not recorded
         (the caller reports it degraded) rather than recorded twice.
         """
         (answer,) = self._counted((answer,), turn.model, {})
-        plan, tail = turn.plan, turn.state.tail
+        plan, state = turn.plan, turn.state
         for attempt in range(RECORD_ATTEMPTS):
             try:
                 await self._append(
                     turn.keys,
                     turn.identity.user_id,
                     (*plan.to_record, answer),
-                    tail=tail,
+                    stored=state,
                     now=now,
                     truncate_to=plan.truncate_to,
                     expected_count=plan.expected_count,
+                    siblings=turn.siblings if state is turn.state else None,
                 )
                 return
             except TailMoved:
                 if attempt == RECORD_ATTEMPTS - 1:
                     raise
             state = await self.store.load(turn.keys, self.config.reconcile_tail)
-            plan, tail = self._plan(turn.messages, state, turn.model), state.tail
+            plan = self._plan(turn.messages, state, turn.model)
 
     async def import_messages(
         self, keys: SessionKeys, user_id: str | None, messages: tuple[Message, ...], *, now: float
     ) -> int:
         """Append messages as if they had been exchanged (the same policy runs); the count."""
         state = await self.store.load(keys, self.config.reconcile_tail)
-        tail = state.tail
-        count = state.message_count
         model = self.counter.default_model
         for start in range(0, len(messages), IMPORT_BATCH):
             batch = self._counted(messages[start : start + IMPORT_BATCH], model, {})
-            tail, count = await self._append(keys, user_id, batch, tail=tail, now=now)
-        return count
+            state = await self._append(keys, user_id, batch, stored=state, now=now)
+        return state.message_count
 
     async def _append(
         self,
@@ -265,12 +375,25 @@ class MemoryService:
         user_id: str | None,
         messages: tuple[Message, ...],
         *,
-        tail: tuple[Message, ...],
+        stored: SessionState,
         now: float,
         truncate_to: int | None = None,
         expected_count: int | None = None,
-    ) -> tuple[tuple[Message, ...], int]:
+        siblings: tuple[str, ...] | None = None,
+    ) -> SessionState:
+        """Record ``messages`` after the ``stored`` state, with the jobs and pins they make
+        due, in one round trip when the log is as ``stored`` says (see ``Predicted``).
+        ``siblings``, the user's sessions when the load read them, lets a session new to
+        its user find their idle sessions in that round trip too.
+
+        Returns what is known of the session afterwards (its count, turns, user and tail).
+        """
         stamped = tuple(replace(m, ts=now) for m in messages)
+        before = (
+            stored.message_count if truncate_to is None else min(stored.message_count, truncate_to)
+        )
+        expected = self._writes(stored.tail, stamped, before, stored.turns, now)
+        user = UserKeys(keys.tenant, user_id) if user_id else None
         recorded = await self.store.record(
             keys,
             stamped,
@@ -280,27 +403,76 @@ class MemoryService:
             expected_count=expected_count,
             # Only a composition that recalls pays for the index (Redis memory, CPU).
             index=self.composition.recall is not None,
+            predicted=expected,
+            joining=self._joining(keys, user, stored, siblings, now),
         )
+        users = sum(1 for m in stamped if m.role == "user")
+        if not recorded.predicted:  # another turn landed in between: the real indexes
+            actual = self._writes(
+                stored.tail, stamped, recorded.first - 1, recorded.turns - users, now
+            )
+            if actual.jobs:
+                await self.store.enqueue(keys, actual.jobs)
+            for pin in actual.pins:
+                await self.store.add_pin(keys, pin)
+        if recorded.new_user and user is not None:
+            foreseen = user_id != stored.user_id
+            if not foreseen:  # a concurrent turn changed the session's user meanwhile
+                await self.store.index_user_session(user, keys.session_id)
+            if foreseen and siblings is not None:
+                await self._end_sessions(keys.tenant, recorded.idle)
+            else:
+                await self._end_idle_sessions(user, keys, now)
         appended = tuple(replace(m, index=recorded.first + i) for i, m in enumerate(stamped))
-        history = tuple(m for m in tail if m.index < recorded.first) + appended
-        jobs = schedule(
-            self.composition,
-            history,
-            count_before=recorded.first - 1,
-            turns_before=recorded.turns - sum(1 for m in appended if m.role == "user"),
+        history = tuple(m for m in stored.tail if m.index < recorded.first) + appended
+        return replace(
+            stored,
+            message_count=recorded.count,
+            turns=recorded.turns,
+            user_id=user_id or stored.user_id,
+            tail=history[-self.config.reconcile_tail :],
         )
-        if jobs:
-            await self.store.enqueue(keys, jobs)
+
+    def _writes(
+        self,
+        tail: tuple[Message, ...],
+        messages: tuple[Message, ...],
+        count_before: int,
+        turns_before: int,
+        now: float,
+    ) -> Predicted:
+        """The jobs and automatic pins that appending ``messages`` after ``count_before``
+        stored messages makes due (pure: jobs and pin ids derive from the indexes)."""
+        appended = tuple(replace(m, index=count_before + 1 + i) for i, m in enumerate(messages))
+        history = tuple(m for m in tail if m.index <= count_before) + appended
+        jobs = schedule(
+            self.composition, history, count_before=count_before, turns_before=turns_before
+        )
+        pins = []
         if self.composition.pins is not None and self.composition.pins.auto_pin:
             for message in appended:
                 content = requested_pin(message)
                 if content is not None:
-                    await self.store.add_pin(keys, auto_pin(content, message.index, now))
-        if recorded.new_user and user_id:
-            user = UserKeys(keys.tenant, user_id)
-            await self.store.index_user_session(user, keys.session_id)
-            await self._end_idle_sessions(user, keys, now)
-        return history[-self.config.reconcile_tail :], recorded.count
+                    pins.append(auto_pin(content, message.index, now))
+        return Predicted(count_before + 1, turns_before, tuple(jobs), tuple(pins))
+
+    def _joining(
+        self,
+        keys: SessionKeys,
+        user: UserKeys | None,
+        stored: SessionState,
+        siblings: tuple[str, ...] | None,
+        now: float,
+    ) -> Joining | None:
+        """A session new to its user joins their index in the record's round trip; with
+        their sessions known from the load, those gone idle are found there too."""
+        if user is None or user.user_id == stored.user_id:
+            return None
+        cross = self.composition.cross_session
+        if cross is None or siblings is None:
+            return Joining(user)
+        others = tuple(s for s in siblings if s != keys.session_id)
+        return Joining(user, others, now - cross.idle_end_s)
 
     async def _end_idle_sessions(self, user: UserKeys, keys: SessionKeys, now: float) -> None:
         """A user starting a session ends their idle ones (seed 001's end of session), so
@@ -311,8 +483,11 @@ class MemoryService:
         idle = await self.store.idle_sessions(
             user, idle_before=now - cross.idle_end_s, exclude=keys.session_id
         )
-        for session_id in idle:
-            await self.store.enqueue(SessionKeys(keys.tenant, session_id), [END_JOB])
+        await self._end_sessions(keys.tenant, idle)
+
+    async def _end_sessions(self, tenant: str, session_ids: Sequence[str]) -> None:
+        for session_id in session_ids:
+            await self.store.enqueue(SessionKeys(tenant, session_id), [END_JOB])
 
 
 def auto_pin(content: str, source_index: int, now: float) -> Pin:

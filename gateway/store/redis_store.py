@@ -12,14 +12,14 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway import metrics
@@ -53,6 +53,59 @@ class Recorded:
     count: int  # messages in the session now
     turns: int  # user messages in the session now
     new_user: bool  # the session's user id was set or changed by this append
+    predicted: bool = False  # the append landed where predicted: its writes were made
+    idle: tuple[str, ...] = ()  # of the ``Joining.siblings``: those idle and not ended
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """A session joining its user's index with this append; with ``siblings`` (the user's
+    other sessions, as the load found them), those idle since ``idle_before`` are found
+    in the same round trip."""
+
+    user: UserKeys
+    siblings: tuple[str, ...] = ()
+    idle_before: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    """What recall needs of one session's archive for one query."""
+
+    postings: dict[str, str | None]  # the query's terms (None: never said)
+    documents: int  # messages indexed
+    total_length: int  # their indexed terms
+    # What the rarest of those terms point to (see LOAD_SCRIPT), as stored: only the few
+    # that recall picks are parsed.
+    raw: dict[int, bytes]
+
+    def message(self, index: int) -> Message | None:
+        raw = self.raw.get(index)
+        return Message.from_json(raw, index) if raw is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A session as one request loads it, with its recall candidates and those of the
+    user's other sessions asked for (``peers``)."""
+
+    state: SessionState
+    archive: Archive
+    peers: dict[SessionKeys, Archive]
+    user_sessions: tuple[str, ...] | None = None  # when asked for: the user's session ids
+
+
+@dataclass(frozen=True, slots=True)
+class Predicted:
+    """Writes that depend on where an append lands (job ranges, pinned message indexes),
+    computed before the call for the log the plan expects, so they go in the same round
+    trip. The record script makes them only if the append lands there: ``first`` is the
+    index its first message gets, ``turns`` the user messages stored before it."""
+
+    first: int
+    turns: int
+    jobs: Sequence[Job] = ()
+    pins: Sequence[Pin] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +117,17 @@ class JobNotice:
 
 # KEYS: meta, log, tiers, pins, jobs, lease, index.  ARGV: ttl_s, now, session_id,
 # user_id ("" = keep), truncate_to (-1 = none), expected_count (-1 = any), user messages
-# appended, M = messages appended, indexed length, M message JSONs, then (term, postings)
-# pairs. Appends after an optional truncation (a regenerate replacing the stored answer)
+# appended, M = messages appended, indexed length, predicted first index (-1 = none),
+# predicted turns before, J = predicted jobs, P = predicted pins, M message JSONs, J (job
+# id, job JSON) pairs, P (pin id, pin JSON) pairs, then (term, postings) pairs.
+# Appends after an optional truncation (a regenerate replacing the stored answer)
 # in one step, so concurrent turns never interleave and a reader never sees half a turn.
 # A plan made against a given log length (an import, a retry, a regenerate) writes
 # nothing if another turn landed meanwhile: it returns first = -1 and the caller plans
 # again, rather than importing twice or deleting someone else's turn.
+# The predicted jobs and pins are written only when the append lands where the caller
+# predicted (the usual case: no concurrent turn on the session); otherwise the reply
+# says so and the caller computes them again from the real indexes.
 # Postings arrive with offsets ("+2:1:9,") that only this script can make absolute. A
 # term's value is "<df>|<postings>": the true document frequency, and its newest postings
 # up to POSTINGS_CAP bytes. Only common words reach the cap, and a common word weighs
@@ -80,7 +138,7 @@ RECORD_SCRIPT = """
 local n = redis.call('LLEN', KEYS[2])
 local expected = tonumber(ARGV[6])
 if expected >= 0 and n ~= expected then
-  return {-1, n, 0, 0}
+  return {-1, n, 0, 0, 0}
 end
 local truncate_to = tonumber(ARGV[5])
 if truncate_to >= 0 then
@@ -90,11 +148,25 @@ if truncate_to >= 0 then
   end
 end
 local first = n + 1
-local m = tonumber(ARGV[8])
-if m > 0 then
-  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 10, 9 + m))
+local m, jobs, pins = tonumber(ARGV[8]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local predicted = 0
+if first == tonumber(ARGV[10])
+    and tonumber(redis.call('HGET', KEYS[1], 'turns') or 0) == tonumber(ARGV[11]) then
+  predicted = 1
 end
-for i = 10 + m, #ARGV, 2 do
+if m > 0 then
+  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 14, 13 + m))
+end
+local at = 14 + m
+if predicted == 1 then
+  for i = at, at + 2 * jobs - 1, 2 do
+    redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+  end
+  for i = at + 2 * jobs, at + 2 * (jobs + pins) - 1, 2 do
+    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  end
+end
+for i = at + 2 * (jobs + pins), #ARGV, 2 do
   local added = 0
   local entry = string.gsub(ARGV[i + 1], '%+(%d+):', function(offset)
     added = added + 1
@@ -129,8 +201,74 @@ local ttl = tonumber(ARGV[1])
 for i = 1, #KEYS do
   redis.call('EXPIRE', KEYS[i], ttl)
 end
-return {first, n, turns, new_user}
+return {first, n, turns, new_user, predicted}
 """.replace("POSTINGS_CAP", str(POSTINGS_CAP))
+
+# KEYS: meta, log, tiers, pins, jobs, index.  ARGV: tail (0: recall only), candidates, then
+# the query's terms. A session as one request needs it, read atomically: its meta, length,
+# newest ``tail`` messages, tiers, pins, pending jobs, the postings of the query's terms,
+# and the messages those postings point to outside the tail, so recall's hits seldom need
+# a second read. Which ones is a prefetch, not the ranking (that stays in Python, which
+# reads any hit missed here): the rarest terms first (BM25's heaviest), and of each term
+# the messages it is densest in first (tf / length, newest among equals: a short message
+# that names the term is what BM25 ranks high), ``candidates`` messages at most. With
+# tail 0 it serves recall over another session of the same user.
+LOAD_SCRIPT = """
+local tail, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
+local meta = redis.call('HGETALL', KEYS[1])
+local n = redis.call('LLEN', KEYS[2])
+local messages, tiers, pins, pending = {}, false, {}, 0
+if tail > 0 then
+  messages = redis.call('LRANGE', KEYS[2], -tail, -1)
+  tiers = redis.call('GET', KEYS[3])
+  pins = redis.call('HVALS', KEYS[4])
+  pending = redis.call('HLEN', KEYS[5])
+end
+local postings = {}
+for from = 3, #ARGV, 1000 do  -- in batches: unpack() has a stack limit
+  local batch = redis.call('HMGET', KEYS[6], unpack(ARGV, from, math.min(from + 999, #ARGV)))
+  for _, value in ipairs(batch) do
+    table.insert(postings, value)
+  end
+end
+local order = {}
+for i, value in ipairs(postings) do
+  if value then
+    table.insert(order, {tonumber(string.match(value, '^(%d+)|')), i})
+  end
+end
+table.sort(order, function(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return a[2] < b[2]
+end)
+local loaded_from = n - #messages + 1
+local found, seen, chosen = {}, {}, 0
+for _, term in ipairs(order) do
+  if chosen >= cap then break end
+  local entries = {}
+  for index, tf, len in string.gmatch(postings[term[2]], '(%d+):(%d+):(%d+),') do
+    table.insert(entries, {tonumber(index), tonumber(tf) / math.max(tonumber(len), 1)})
+  end
+  table.sort(entries, function(a, b)
+    if a[2] ~= b[2] then return a[2] < b[2] end
+    return a[1] < b[1]
+  end)
+  for k = #entries, 1, -1 do
+    local index = entries[k][1]
+    if chosen >= cap then break end
+    if index < loaded_from and not seen[index] then
+      seen[index] = true
+      chosen = chosen + 1
+      local message = redis.call('LINDEX', KEYS[2], index - 1)
+      if message then
+        table.insert(found, index)
+        table.insert(found, message)
+      end
+    end
+  end
+end
+return {meta, n, messages, tiers, pins, pending, postings, found}
+"""
 
 # KEYS: meta, tiers, jobs.  ARGV: expected version, tiers JSON, job id, ttl_s.
 # Writes a job's result only if nobody wrote since the job read the tiers (versions never
@@ -213,6 +351,40 @@ def create_client(url: str, *, timeout_s: float, max_connections: int) -> redis.
     return redis.Redis(connection_pool=pool)
 
 
+def _field(flat: Sequence[bytes], name: bytes) -> bytes | None:
+    """A field of a hash as a script returns HGETALL: a flat list of names and values."""
+    for at in range(0, len(flat) - 1, 2):
+        if flat[at] == name:
+            return flat[at + 1]
+    return None
+
+
+def _archive(reply: Sequence[Any], terms: Sequence[str]) -> Archive:
+    """The recall part of a LOAD_SCRIPT reply."""
+    meta, found, raw = reply[0], reply[6], reply[7]
+    postings = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
+    messages = {int(index): message for index, message in zip(raw[::2], raw[1::2], strict=True)}
+    return Archive(
+        postings,
+        int(_field(meta, b"indexed_docs") or 0),
+        int(_field(meta, b"indexed_length") or 0),
+        messages,
+    )
+
+
+def _ask_idle(pipe: Any, user: UserKeys, sessions: Sequence[str]) -> None:
+    for session_id in sessions:
+        pipe.hmget(SessionKeys(user.tenant, session_id).meta, ["updated", "ended"])
+
+
+def _idle(sessions: Sequence[str], found: Sequence[Any], idle_before: float) -> Iterator[str]:
+    """Of the sessions, those open with no activity since ``idle_before`` (replies of
+    ``_ask_idle``)."""
+    for session_id, (updated, ended) in zip(sessions, found, strict=True):
+        if updated and not ended and float(updated) < idle_before:
+            yield session_id
+
+
 def _notice(entry_id: bytes, fields: dict[bytes, bytes]) -> JobNotice:
     keys = SessionKeys(fields[b"tenant"].decode(), fields[b"sid"].decode())
     return JobNotice(entry_id, keys, fields[b"job"].decode())
@@ -230,6 +402,8 @@ class RedisStore:
         self._release = client.register_script(RELEASE_SCRIPT)
         self._end = client.register_script(END_SCRIPT)
         self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
+        self._load = client.register_script(LOAD_SCRIPT)
+        self._scripts = [self._record, self._load]  # those called by sha in pipelines
 
     async def _bounded(
         self,
@@ -302,48 +476,87 @@ class RedisStore:
         query_terms: Sequence[str] = (),
         user: UserKeys | None = None,
     ) -> SessionState:
-        """Everything one request needs of a session, in one round trip: its meta, newest
-        messages, tiers, pins, pending jobs, the postings of the query's terms, and with
-        a user, their cross-session profile and history."""
+        """Everything a request needs of a session (see ``load_turn``), in one round trip."""
+        loaded = await self.load_turn(keys, tail, query_terms=query_terms, user=user)
+        return loaded.state
+
+    async def load_turn(
+        self,
+        keys: SessionKeys,
+        tail: int,
+        *,
+        query_terms: Sequence[str] = (),
+        user: UserKeys | None = None,
+        candidates: int = 0,
+        peers: Sequence[SessionKeys] = (),
+        user_sessions: bool = False,
+    ) -> Loaded:
+        """Everything one request needs, in one round trip: the session's meta, newest
+        messages, tiers, pins, pending jobs, the postings of the query's terms and up to
+        ``candidates`` messages they point to; with a user, their cross-session profile
+        and history (and ``user_sessions``, their session ids); and the same recall data
+        of each of ``peers``."""
         terms = list(dict.fromkeys(query_terms))
 
         def build(pipe: Any) -> None:
-            pipe.hgetall(keys.meta)
-            pipe.llen(keys.log)
-            pipe.lrange(keys.log, -tail, -1)
-            pipe.get(keys.tiers)
-            pipe.hvals(keys.pins)
-            pipe.hlen(keys.jobs)
-            if terms:
-                pipe.hmget(keys.index, terms)
+            self._call_load(pipe, keys, tail, candidates, terms)
             if user is not None:
                 pipe.get(user.profile)
                 pipe.lrange(user.history, 0, -1)
+                if user_sessions:
+                    pipe.smembers(user.sessions)
+            for peer in peers:
+                self._call_load(pipe, peer, 0, candidates, terms)
 
-        meta, count, raw, tiers, pins, pending, *rest = await self._pipeline(build)
-        postings: dict[str, str | None] = {}
-        if terms:
-            found = rest.pop(0)
-            postings = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
-        profile, history = (rest[0], rest[1]) if user is not None else (None, [])
+        own, *rest = await self._scripted_pipeline(build)
+        meta, count, raw, tiers, pins, pending, _, _ = own
+        archive = _archive(own, terms)
+        profile, history = (rest.pop(0), rest.pop(0)) if user is not None else (None, [])
+        siblings = rest.pop(0) if user is not None and user_sessions else None
         first = count - len(raw) + 1
-        user_id = meta.get(b"user_id")
-        return SessionState(
+        user_id = _field(meta, b"user_id")
+        state = SessionState(
             message_count=int(count),
             tail=tuple(Message.from_json(item, first + i) for i, item in enumerate(raw)),
             user_id=user_id.decode() if user_id else None,
             tiers=Tiers.from_json(tiers),
             pins=tuple(Pin.from_data(json.loads(p)) for p in pins),
             pending_jobs=int(pending),
-            ended=b"ended" in meta,
-            turns=int(meta.get(b"turns", 0)),
+            ended=_field(meta, b"ended") is not None,
+            turns=int(_field(meta, b"turns") or 0),
             exists=bool(meta),
-            postings=postings,
-            indexed_docs=int(meta.get(b"indexed_docs", 0)),
-            indexed_length=int(meta.get(b"indexed_length", 0)),
+            postings=archive.postings,
+            indexed_docs=archive.documents,
+            indexed_length=archive.total_length,
             profile=json.loads(profile) if profile else None,
             history=tuple(json.loads(h) for h in history),
         )
+        peer_archives = {
+            peer: _archive(reply, terms) for peer, reply in zip(peers, rest, strict=True)
+        }
+        if siblings is None:
+            return Loaded(state, archive, peer_archives)
+        ids = tuple(sorted(item.decode() for item in siblings))
+        return Loaded(state, archive, peer_archives, ids)
+
+    def _call_load(
+        self, pipe: Any, keys: SessionKeys, tail: int, candidates: int, terms: Sequence[str]
+    ) -> None:
+        names = (keys.meta, keys.log, keys.tiers, keys.pins, keys.jobs, keys.index)
+        pipe.evalsha(self._load.sha, len(names), *names, tail, candidates, *terms)
+
+    async def archives(
+        self, sessions: Sequence[SessionKeys], query_terms: Sequence[str], candidates: int
+    ) -> list[Archive]:
+        """Recall data of other sessions (the user's, not prefetched by the load)."""
+        terms = list(dict.fromkeys(query_terms))
+
+        def build(pipe: Any) -> None:
+            for keys in sessions:
+                self._call_load(pipe, keys, 0, candidates, terms)
+
+        replies = await self._scripted_pipeline(build) if sessions and terms else []
+        return [_archive(reply, terms) for reply in replies]
 
     async def messages_at(self, keys: SessionKeys, indexes: Sequence[int]) -> list[Message]:
         """Messages by index (recall hits), in the order asked; one round trip."""
@@ -354,24 +567,6 @@ class RedisStore:
 
         raw = await self._pipeline(build) if indexes else []
         return [Message.from_json(r, i) for i, r in zip(indexes, raw, strict=True) if r]
-
-    async def postings(
-        self, sessions: Sequence[SessionKeys], query_terms: Sequence[str]
-    ) -> list[tuple[dict[str, str | None], int, int]]:
-        """For each session: the query's postings, indexed messages and total length."""
-        terms = list(dict.fromkeys(query_terms))
-
-        def build(pipe: Any) -> None:
-            for keys in sessions:
-                pipe.hmget(keys.index, terms)
-                pipe.hmget(keys.meta, ["indexed_docs", "indexed_length"])
-
-        raw = await self._pipeline(build) if sessions and terms else []
-        out = []
-        for found, (docs, length) in zip(raw[::2], raw[1::2], strict=True):
-            posting = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
-            out.append((posting, int(docs or 0), int(length or 0)))
-        return out
 
     async def save_vectors(self, keys: SessionKeys, vectors: dict[int, bytes]) -> bool:
         """Store message vectors; False (nothing written) if the session no longer exists."""
@@ -396,17 +591,8 @@ class RedisStore:
     async def idle_sessions(self, user: UserKeys, *, idle_before: float, exclude: str) -> list[str]:
         """The user's sessions, still open, with no activity since ``idle_before``."""
         sessions = [s for s in await self.user_sessions(user) if s != exclude]
-
-        def build(pipe: Any) -> None:
-            for session_id in sessions:
-                pipe.hmget(SessionKeys(user.tenant, session_id).meta, ["updated", "ended"])
-
-        found = await self._pipeline(build) if sessions else []
-        return [
-            session_id
-            for session_id, (updated, ended) in zip(sessions, found, strict=True)
-            if updated and not ended and float(updated) < idle_before
-        ]
+        found = await self._pipeline(lambda pipe: _ask_idle(pipe, user, sessions))
+        return list(_idle(sessions, found, idle_before)) if sessions else []
 
     async def save_user_history(
         self, user: UserKeys, entry: dict[str, Any], profile: dict[str, Any], keep: int
@@ -433,12 +619,21 @@ class RedisStore:
         truncate_to: int | None = None,
         expected_count: int | None = None,
         index: bool = True,
+        predicted: Predicted | None = None,
+        joining: Joining | None = None,
     ) -> Recorded:
         """Append messages atomically, numbering them (and indexing them for recall).
+
+        In the same round trip: the ``predicted`` jobs and pins (written only where the
+        append lands as predicted: ``Recorded.predicted``), the notices of those jobs, and
+        the session ``joining`` its user's index. A notice whose job was not written is
+        harmless: a worker finds no such pending job and acknowledges it.
 
         Raises ``TailMoved`` when ``expected_count`` is given and the log has another length.
         """
         postings = index_entries(messages) if index else {}
+        jobs = predicted.jobs if predicted else ()
+        pins = predicted.pins if predicted else ()
         args: list[Any] = [
             self.retention_s,
             repr(now),
@@ -449,15 +644,59 @@ class RedisStore:
             sum(1 for m in messages if m.role == "user"),
             len(messages),
             indexed_length(messages),
+            predicted.first if predicted else -1,
+            predicted.turns if predicted else -1,
+            len(jobs),
+            len(pins),
             *(message.to_json() for message in messages),
+            *(item for job in jobs for item in (job.id, json.dumps(job.to_data()))),
+            *(item for pin in pins for item in (pin.id, json.dumps(pin.to_data()))),
             *(item for pair in postings.items() for item in pair),
         ]
-        first, count, turns, new_user = await self._bounded(
-            lambda: self._record(keys=list(keys.all()), args=args)
-        )
+
+        def build(pipe: Any) -> None:
+            pipe.evalsha(self._record.sha, len(keys.all()), *keys.all(), *args)
+            self._announce(pipe, keys, jobs)
+            if joining is not None:
+                self._add_user_session(pipe, joining.user, keys.session_id)
+                _ask_idle(pipe, joining.user, joining.siblings)
+
+        replies = await self._scripted_pipeline(build)
+        first, count, turns, new_user, landed = replies[0]
         if int(first) < 0:
             raise TailMoved(f"expected {expected_count} messages, found {count}")
-        return Recorded(int(first), int(count), int(turns), bool(new_user))
+        idle: tuple[str, ...] = ()
+        if joining is not None:
+            found = replies[-len(joining.siblings) :] if joining.siblings else []
+            idle = tuple(_idle(joining.siblings, found, joining.idle_before))
+        return Recorded(int(first), int(count), int(turns), bool(new_user), bool(landed), idle)
+
+    async def _scripted_pipeline(self, build: Callable[[Any], None]) -> list[Any]:
+        """A pipeline that calls scripts by their sha (a pipeline of ``Script`` objects
+        would ask the server whether they exist first: another round trip every time).
+
+        A server that lost its script cache (a restart) ran nothing of a failed script:
+        the scripts are loaded and the whole pipeline sent again. The other commands of
+        a pipeline built here must therefore be safe to repeat.
+        """
+
+        async def run() -> list[Any]:
+            async with self.client.pipeline(transaction=False) as pipe:
+                build(pipe)
+                return await pipe.execute(raise_on_error=False)
+
+        replies = await self._bounded(run)
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            await self._bounded(self._load_scripts)
+            replies = await self._bounded(run)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
+        return replies
+
+    async def _load_scripts(self) -> None:
+        for script in self._scripts:
+            script.sha = await self.client.script_load(script.script)
 
     async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """Remember the session's pending jobs and notify the workers (one round trip)."""
@@ -465,18 +704,22 @@ class RedisStore:
         def build(pipe: Any) -> None:
             pipe.hset(keys.jobs, mapping={job.id: json.dumps(job.to_data()) for job in jobs})
             pipe.expire(keys.jobs, self.retention_s)
-            for job in jobs:
-                notice = {"tenant": keys.tenant, "sid": keys.session_id, "job": job.id}
-                pipe.xadd(JOB_STREAM, notice, maxlen=STREAM_MAXLEN, approximate=True)
+            self._announce(pipe, keys, jobs)
 
         await self._pipeline(build)
+
+    def _announce(self, pipe: Any, keys: SessionKeys, jobs: Sequence[Job]) -> None:
+        """The notices of a session's jobs, after the commands that made them pending."""
+        for job in jobs:
+            notice = {"tenant": keys.tenant, "sid": keys.session_id, "job": job.id}
+            pipe.xadd(JOB_STREAM, notice, maxlen=STREAM_MAXLEN, approximate=True)
 
     async def index_user_session(self, user: UserKeys, session_id: str) -> None:
-        def build(pipe: Any) -> None:
-            pipe.sadd(user.sessions, session_id)
-            pipe.expire(user.sessions, self.retention_s)
+        await self._pipeline(lambda pipe: self._add_user_session(pipe, user, session_id))
 
-        await self._pipeline(build)
+    def _add_user_session(self, pipe: Any, user: UserKeys, session_id: str) -> None:
+        pipe.sadd(user.sessions, session_id)
+        pipe.expire(user.sessions, self.retention_s)
 
     # --- the worker and the memory API ---
 

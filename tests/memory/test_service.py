@@ -10,7 +10,7 @@ from gateway.memory.assemble import MEMORY_HEADER
 from gateway.memory.model import Message, Pin, SessionState, Summary, Tiers
 from gateway.memory.service import MemoryService
 from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import Recorded, TailMoved
+from gateway.store.redis_store import Archive, Loaded, Recorded, TailMoved
 from gateway.tokens import TokenCounter
 
 
@@ -30,6 +30,9 @@ class FakeStore:
 
     async def load(self, keys: SessionKeys, tail: int, **_: object) -> SessionState:
         return replace(self.state, tail=self.state.tail[-tail:])
+
+    async def load_turn(self, keys: SessionKeys, tail: int, **_: object) -> Loaded:
+        return Loaded(await self.load(keys, tail), Archive({}, 0, 0, {}), {})
 
 
 def history(n: int) -> list[Message]:
