@@ -51,8 +51,10 @@ class UpstreamConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     api_key: str | None = None
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
+    # The pool: at most this many connections open at once (waiting for one counts
+    # against connect_s), an idle one closed after keepalive_s.
     max_connections: int = Field(default=512, gt=0)
-    max_keepalive_connections: int = Field(default=128, ge=0)
+    keepalive_s: float = Field(default=15.0, gt=0)
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamConfig:

@@ -1,1 +1,1 @@
-"""The upstream side: HTTP client (the only httpx import), SSE and header rules."""
+"""The upstream side: HTTP client (the only aiohttp import), SSE and header rules."""

@@ -3,30 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
-
 from gateway.config import UpstreamConfig
-from gateway.proxy.upstream import Upstream
+from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.routes.relay import relay_stream, streamed
-from tests.proxy.test_upstream import Parts
+from tests.proxy.local_upstream import Script, eventually, local_upstream
 
 SCOPE = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}}
 
 
-async def _opened(body: Parts) -> Any:
-    upstream = Upstream(
-        UpstreamConfig(base_url="http://upstream.test/v1"),
-        transport=httpx.MockTransport(lambda request: httpx.Response(200, stream=body)),
-    )
-    response = await upstream.open("POST", "/v1/chat/completions", headers=[], content=b"{}")
-    return upstream, response
+@asynccontextmanager
+async def _opened(body: Script) -> AsyncIterator[UpstreamResponse]:
+    async with local_upstream(body) as server:
+        upstream = Upstream(UpstreamConfig(base_url=server.base_url))
+        try:
+            yield await upstream.open("POST", "/v1/chat/completions", headers=[], content=b"{}")
+        finally:
+            await upstream.aclose()
 
 
 async def test_a_client_gone_before_the_body_started_still_closes_the_upstream() -> None:
-    body = Parts(b"data: 1\n\n", 30.0)
-    upstream, opened = await _opened(body)
+    body = Script(b"data: 1\n\n", 30.0)
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.disconnect"}  # gone before the first chunk was asked for
@@ -34,14 +34,13 @@ async def test_a_client_gone_before_the_body_started_still_closes_the_upstream()
     async def send(message: dict[str, Any]) -> None:
         await asyncio.sleep(0)  # a server's send may yield (to flush the headers)
 
-    await streamed(opened, relay_stream(opened), decoded=False)(SCOPE, receive, send)
-    assert body.closed
-    await upstream.aclose()
+    async with _opened(body) as opened:
+        await streamed(opened, relay_stream(opened), decoded=False)(SCOPE, receive, send)
+        assert await eventually(lambda: body.closed)
 
 
 async def test_a_client_gone_while_a_chunk_was_being_sent_still_closes_the_upstream() -> None:
-    body = Parts(b"data: 1\n\n", b"data: 2\n\n", 30.0)
-    upstream, opened = await _opened(body)
+    body = Script(b"data: 1\n\n", b"data: 2\n\n", 30.0)
     sending = asyncio.Event()
     gone = asyncio.Event()
 
@@ -54,10 +53,10 @@ async def test_a_client_gone_while_a_chunk_was_being_sent_still_closes_the_upstr
             sending.set()
             await asyncio.sleep(30)  # a client that stopped reading: the write blocks
 
-    response = streamed(opened, relay_stream(opened), decoded=False)
-    task = asyncio.ensure_future(response(SCOPE, receive, send))
-    await sending.wait()
-    gone.set()
-    await asyncio.wait_for(task, 5)
-    assert body.closed
-    await upstream.aclose()
+    async with _opened(body) as opened:
+        response = streamed(opened, relay_stream(opened), decoded=False)
+        task = asyncio.ensure_future(response(SCOPE, receive, send))
+        await sending.wait()
+        gone.set()
+        await asyncio.wait_for(task, 5)
+        assert await eventually(lambda: body.closed)

@@ -1,62 +1,26 @@
-"""The upstream client, against httpx.MockTransport (no sockets)."""
+"""The upstream client, against a scripted upstream on a real local socket."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import AsyncIterator, Awaitable, Callable
+import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
 
 from gateway.config import UpstreamConfig, UpstreamTimeouts
-from gateway.errors import UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import InvalidRequest, UpstreamTimeout, UpstreamUnreachable
 from gateway.proxy.upstream import Upstream, UpstreamStreamBroken
-
-Handler = Callable[[httpx.Request], httpx.Response | Awaitable[httpx.Response]]
-
-
-def config(base_url: str = "http://upstream.test/v1", **timeouts: float) -> UpstreamConfig:
-    return UpstreamConfig(base_url=base_url, timeouts=UpstreamTimeouts(**timeouts))
+from tests.proxy.local_upstream import RESET, LocalUpstream, Script, eventually, local_upstream
 
 
-class Recorder:
-    """A MockTransport handler that records every request and answers from a queue."""
-
-    def __init__(self, *responses: httpx.Response) -> None:
-        self.requests: list[httpx.Request] = []
-        self.responses = list(responses)
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        if self.responses:
-            return self.responses.pop(0)
-        return httpx.Response(200, content=b"ok")
-
-
-class Parts(httpx.AsyncByteStream):
-    """A response body: bytes are yielded, floats are pauses (seconds), exceptions raised."""
-
-    def __init__(self, *parts: bytes | float | Exception) -> None:
-        self.parts = parts
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for part in self.parts:
-            if isinstance(part, float):
-                await asyncio.sleep(part)
-            elif isinstance(part, Exception):
-                raise part
-            else:
-                yield part
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-async def make(handler: Handler, cfg: UpstreamConfig | None = None) -> Upstream:
-    return Upstream(cfg or config(), transport=httpx.MockTransport(handler))
+def config(base_url: str, *, max_connections: int = 512, **timeouts: float) -> UpstreamConfig:
+    return UpstreamConfig(
+        base_url=base_url, max_connections=max_connections, timeouts=UpstreamTimeouts(**timeouts)
+    )
 
 
 async def fetch(upstream: Upstream, path: str = "/v1/models", **kwargs: Any) -> tuple[int, bytes]:
@@ -67,6 +31,19 @@ async def fetch(upstream: Upstream, path: str = "/v1/models", **kwargs: Any) -> 
         return response.status_code, await response.read()
     finally:
         await response.aclose()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[LocalUpstream]:
+    async with local_upstream() as running:
+        yield running
+
+
+@pytest.fixture
+async def upstream(server: LocalUpstream) -> AsyncIterator[Upstream]:
+    client = Upstream(config(server.base_url))
+    yield client
+    await client.aclose()
 
 
 @pytest.mark.parametrize(
@@ -83,15 +60,21 @@ async def fetch(upstream: Upstream, path: str = "/v1/models", **kwargs: Any) -> 
         ("https://up.test/openai/v1", "/v1/files/f-1", "https://up.test/openai/v1/files/f-1"),
     ],
 )
-async def test_url_mapping(base_url: str, path: str, expected: str) -> None:
-    recorder = Recorder()
-    upstream = await make(recorder, config(base_url))
+def test_url_mapping(base_url: str, path: str, expected: str) -> None:
+    assert Upstream(config(base_url)).url(path) == expected
+
+
+async def test_the_mapped_path_is_what_the_upstream_receives(server: LocalUpstream) -> None:
+    upstream = Upstream(config(f"http://127.0.0.1:{server.port}/openai/v1/"))
     try:
-        assert upstream.url(path) == expected
-        assert await fetch(upstream, path) == (200, b"ok")
+        assert await fetch(upstream, "/v1/files/f-1") == (200, b"ok")
+        assert await fetch(upstream, "/v1/files/a b") == (200, b"ok")  # decoded by ASGI
     finally:
         await upstream.aclose()
-    assert str(recorder.requests[0].url) == expected
+    assert [seen.target for seen in server.seen] == [
+        "/openai/v1/files/f-1",
+        "/openai/v1/files/a%20b",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -103,210 +86,238 @@ async def test_url_mapping(base_url: str, path: str, expected: str) -> None:
         b"k=a/b?c:d@e!$'()*,;x=%7e&y=%7E&z=c+d",
     ],
 )
-async def test_raw_query_is_preserved_byte_for_byte(query: bytes) -> None:
-    recorder = Recorder()
-    upstream = await make(recorder)
-    try:
-        await fetch(upstream, "/v1/files", query=query)
-    finally:
-        await upstream.aclose()
-    assert recorder.requests[0].url.raw_path == b"/v1/files?" + query
-    assert recorder.requests[0].url.query == query
+async def test_raw_query_is_preserved_byte_for_byte(
+    server: LocalUpstream, upstream: Upstream, query: bytes
+) -> None:
+    await fetch(upstream, "/v1/files", query=query)
+    assert server.seen[0].target == "/v1/files?" + query.decode()
 
 
-async def test_no_query_sends_no_question_mark() -> None:
-    recorder = Recorder()
-    upstream = await make(recorder)
-    try:
-        await fetch(upstream, "/v1/models")
-    finally:
-        await upstream.aclose()
-    assert recorder.requests[0].url.raw_path == b"/v1/models"
+async def test_no_query_sends_no_question_mark(server: LocalUpstream, upstream: Upstream) -> None:
+    await fetch(upstream, "/v1/models")
+    assert server.seen[0].target == "/v1/models"
 
 
-async def test_set_cookie_is_never_replayed() -> None:
-    recorder = Recorder(
-        httpx.Response(200, headers=[("Set-Cookie", "sid=secret; Path=/")], content=b"one"),
-        httpx.Response(200, content=b"two"),
-    )
-    upstream = await make(recorder)
-    try:
-        first = await upstream.open("GET", "/v1/models", headers=[], content=b"")
-        # The client still sees the upstream's Set-Cookie (it is its business) ...
-        assert ("set-cookie", "sid=secret; Path=/") in first.headers
-        await first.read()
-        await first.aclose()
-        assert await fetch(upstream, "/v1/models") == (200, b"two")
-    finally:
-        await upstream.aclose()
+async def test_set_cookie_is_never_replayed(server: LocalUpstream, upstream: Upstream) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.Response(body=b"one" if len(server.seen) == 1 else b"two")
+        if len(server.seen) == 1:
+            response.headers["Set-Cookie"] = "sid=secret; Path=/"
+        return response
+
+    server.handler = handler
+    first = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+    # The client still sees the upstream's Set-Cookie (it is its business) ...
+    assert ("set-cookie", "sid=secret; Path=/") in first.headers
+    assert await first.read() == b"one"
+    await first.aclose()
+    assert await fetch(upstream, "/v1/models") == (200, b"two")
     # ... but the gateway neither keeps it nor sends it for the next client.
-    assert "cookie" not in recorder.requests[1].headers
-    assert len(upstream.client.cookies.jar) == 0
+    assert server.seen[1].header_values("cookie") == []
+    assert len(upstream.client.cookie_jar) == 0
 
 
-async def test_client_cookie_header_is_forwarded() -> None:
-    recorder = Recorder()
-    upstream = await make(recorder)
-    try:
-        await fetch(upstream, headers=[("Cookie", "mine=1")])
-    finally:
-        await upstream.aclose()
-    assert recorder.requests[0].headers.get_list("cookie") == ["mine=1"]
+async def test_client_cookie_header_is_forwarded(server: LocalUpstream, upstream: Upstream) -> None:
+    await fetch(upstream, headers=[("Cookie", "mine=1")])
+    assert server.seen[0].header_values("cookie") == [b"mine=1"]
 
 
-async def test_redirects_are_not_followed() -> None:
-    recorder = Recorder(
-        httpx.Response(302, headers=[("Location", "http://upstream.test/v1/elsewhere")])
-    )
-    upstream = await make(recorder)
-    try:
-        response = await upstream.open("POST", "/v1/chat/completions", headers=[], content=b"{}")
-        assert response.status_code == 302
-        assert ("location", "http://upstream.test/v1/elsewhere") in response.headers
-        await response.aclose()
-    finally:
-        await upstream.aclose()
-    assert len(recorder.requests) == 1
+async def test_redirects_are_not_followed(server: LocalUpstream, upstream: Upstream) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=302, headers={"Location": server.base_url + "/elsewhere"})
+
+    server.handler = handler
+    response = await upstream.open("POST", "/v1/chat/completions", headers=[], content=b"{}")
+    assert response.status_code == 302
+    assert ("location", server.base_url + "/elsewhere") in response.headers
+    await response.aclose()
+    assert len(server.seen) == 1
 
 
-async def test_only_the_clients_headers_are_sent() -> None:
-    recorder = Recorder()
-    upstream = await make(recorder)
-    try:
-        await fetch(upstream, headers=[("X-Custom", "1")])
-        await fetch(upstream, headers=[("User-Agent", "my-app/2"), ("Accept", "text/plain")])
-    finally:
-        await upstream.aclose()
-    bare, explicit = (request.headers for request in recorder.requests)
-    for name in ("user-agent", "accept-encoding", "accept"):
-        assert name not in bare, name
-    assert bare["x-custom"] == "1"
-    assert bare["host"] == "upstream.test"
-    assert explicit.get_list("user-agent") == ["my-app/2"]
-    assert explicit.get_list("accept") == ["text/plain"]
-    assert "accept-encoding" not in explicit
+async def test_only_the_clients_headers_are_sent(server: LocalUpstream, upstream: Upstream) -> None:
+    await fetch(upstream, method="POST", headers=[("X-Custom", "1")], content=b"{}")
+    await fetch(upstream, headers=[("User-Agent", "my-app/2"), ("Accept", "text/plain")])
+    bare, explicit = server.seen
+    for name in ("user-agent", "accept-encoding", "accept", "content-type"):
+        assert bare.header_values(name) == [], name
+    assert bare.header_values("x-custom") == [b"1"]
+    assert bare.header_values("host") == [f"127.0.0.1:{server.port}".encode()]
+    assert bare.header_values("content-length") == [b"2"]  # framing, not a client header
+    assert explicit.header_values("user-agent") == [b"my-app/2"]
+    assert explicit.header_values("accept") == [b"text/plain"]
+    assert explicit.header_values("accept-encoding") == []
 
 
-async def test_method_body_and_repeated_headers_are_sent() -> None:
-    recorder = Recorder()
-    upstream = await make(recorder)
+async def test_non_ascii_header_bytes_are_sent_as_they_came(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
+    sent = "café 会話".encode()
+    # The ASGI server hands header bytes over decoded as latin-1.
+    await fetch(upstream, headers=[("X-Note", sent.decode("latin-1"))])
+    assert server.seen[0].header_values("x-note") == [sent]
 
+
+async def test_a_header_that_is_not_utf8_is_refused_not_altered(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        await fetch(upstream, headers=[("X-Note", b"caf\xe9".decode("latin-1"))])
+    assert caught.value.status == 400
+    assert "X-Note" in caught.value.message
+    assert server.seen == []
+
+
+async def test_method_body_and_repeated_headers_are_sent(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
     async def body() -> AsyncIterator[bytes]:
         yield b'{"model":'
         yield b'"m"}'
 
-    try:
-        await fetch(
-            upstream,
-            "/v1/chat/completions",
-            method="POST",
-            headers=[("X-Multi", "a"), ("X-Multi", "b")],
-            content=body(),
-        )
-        await fetch(upstream, "/v1/files/f", method="DELETE")
-    finally:
-        await upstream.aclose()
-    post, delete = recorder.requests
+    await fetch(
+        upstream,
+        "/v1/chat/completions",
+        method="POST",
+        headers=[("X-Multi", "a"), ("X-Multi", "b")],
+        content=body(),
+    )
+    await fetch(upstream, "/v1/files/f", method="DELETE")
+    post, delete = server.seen
     assert post.method == "POST"
-    assert post.content == b'{"model":"m"}'
-    assert post.headers.get_list("x-multi") == ["a", "b"]
+    assert post.body == b'{"model":"m"}'
+    assert post.header_values("x-multi") == [b"a", b"b"]
+    assert post.header_values("transfer-encoding") == [b"chunked"]  # streamed as it came
     assert delete.method == "DELETE"
 
 
-async def test_response_status_and_repeated_headers_are_returned() -> None:
-    recorder = Recorder(
-        httpx.Response(
-            429,
-            headers=[("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"), ("Retry-After", "3")],
-            content=b'{"error":{}}',
-        )
-    )
-    upstream = await make(recorder)
-    try:
-        response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
-        assert response.status_code == 429
-        assert [v for k, v in response.headers if k == "set-cookie"] == ["a=1", "b=2"]
-        assert ("retry-after", "3") in response.headers
-        assert await response.read() == b'{"error":{}}'
-        await response.aclose()
-    finally:
-        await upstream.aclose()
-
-
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (httpx.ConnectError("connection refused"), UpstreamUnreachable),
-        (httpx.ConnectTimeout("connect timed out"), UpstreamTimeout),
-        (httpx.PoolTimeout("no free connection"), UpstreamUnreachable),
-        (httpx.RemoteProtocolError("server disconnected"), UpstreamUnreachable),
-        (httpx.ReadError("reset"), UpstreamUnreachable),
-    ],
-)
-async def test_transport_errors_become_gateway_errors(
-    error: httpx.HTTPError, expected: type[Exception]
+async def test_response_status_and_repeated_headers_are_returned(
+    server: LocalUpstream, upstream: Upstream
 ) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise error
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.Response(status=429, body=b'{"error":{}}')
+        response.headers.add("Set-Cookie", "a=1")
+        response.headers.add("Set-Cookie", "b=2")
+        response.headers["Retry-After"] = "3"
+        return response
 
-    upstream = await make(handler)
-    try:
-        with pytest.raises(expected) as caught:
-            await upstream.open("GET", "/v1/models", headers=[], content=b"")
-    finally:
-        await upstream.aclose()
-    assert type(caught.value) is expected
+    server.handler = handler
+    response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+    assert response.status_code == 429
+    assert [v for k, v in response.headers if k == "set-cookie"] == ["a=1", "b=2"]
+    assert ("retry-after", "3") in response.headers
+    assert await response.read() == b'{"error":{}}'
+    await response.aclose()
 
 
-async def test_connect_error_is_502_unreachable() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused")
-
-    upstream = await make(handler)
+async def test_a_refused_connection_is_502_unreachable() -> None:
+    async with local_upstream() as gone:
+        base_url = gone.base_url  # a port nobody listens on once the server is down
+    upstream = Upstream(config(base_url))
     try:
         with pytest.raises(UpstreamUnreachable) as caught:
             await upstream.open("GET", "/v1/models", headers=[], content=b"")
     finally:
         await upstream.aclose()
+    assert type(caught.value) is UpstreamUnreachable
     assert caught.value.status == 502
     assert caught.value.code == "upstream_unreachable"
-    assert "ConnectError" in caught.value.message
+    assert "ClientConnectorError" in caught.value.message
 
 
-async def test_first_byte_timeout() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+async def test_a_connection_dropped_before_the_headers_is_unreachable_and_not_retried(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if len(server.seen) == 1:
+            return web.Response(body=b"first")
+        assert request.transport is not None
+        request.transport.abort()  # on the kept-alive connection, mid-request
         await asyncio.sleep(5)
-        return httpx.Response(200)
+        raise AssertionError("unreachable")
 
-    upstream = await make(handler, config(first_byte_s=0.05))
+    server.handler = handler
+    assert await fetch(upstream) == (200, b"first")
+    # GET is idempotent: aiohttp would resend it on a kept-alive connection; not here.
+    with pytest.raises(UpstreamUnreachable, match="ServerDisconnectedError"):
+        await fetch(upstream)
+    await asyncio.sleep(0.2)  # a resend would arrive now
+    assert len(server.seen) == 2
+
+
+async def test_no_free_connection_in_time_is_a_connect_timeout(server: LocalUpstream) -> None:
+    holding = Script(b"data: 1\n\n", 5.0)
+    server.handler = holding
+    upstream = Upstream(config(server.base_url, max_connections=1, connect_s=0.1))
     try:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        with pytest.raises(UpstreamTimeout) as caught:
-            await upstream.open("POST", "/v1/chat/completions", headers=[], content=b"{}")
-        elapsed = loop.time() - started
+        held = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+        with pytest.raises(UpstreamTimeout, match="connecting"):
+            await upstream.open("GET", "/v1/models", headers=[], content=b"")
+        await held.aclose()
     finally:
         await upstream.aclose()
-    assert elapsed < 2
+    assert len(server.seen) == 1
+
+
+async def test_first_byte_timeout(server: LocalUpstream) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(5)
+        return web.Response()
+
+    server.handler = handler
+    upstream = Upstream(config(server.base_url, first_byte_s=0.05))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with pytest.raises(UpstreamTimeout) as caught:
+            await upstream.open("POST", "/v1/chat/completions", headers=[], content=b"{}")
+    finally:
+        await upstream.aclose()
+    assert loop.time() - started < 2
     assert caught.value.status == 504
     assert "0.05 s" in caught.value.message
 
 
-async def test_slow_but_in_time_first_byte_is_fine() -> None:
-    async def handler(request: httpx.Request) -> httpx.Response:
+async def test_slow_but_in_time_first_byte_is_fine(server: LocalUpstream) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(0.01)
-        return httpx.Response(200, content=b"late")
+        return web.Response(body=b"late")
 
-    upstream = await make(handler, config(first_byte_s=2))
+    server.handler = handler
+    upstream = Upstream(config(server.base_url, first_byte_s=2))
     try:
         assert await fetch(upstream) == (200, b"late")
     finally:
         await upstream.aclose()
 
 
-async def test_idle_timeout_mid_body() -> None:
-    body = Parts(b"data: 1\n\n", b"data: 2\n\n", 5.0, b"data: never\n\n")
-    upstream = await make(lambda request: httpx.Response(200, stream=body), config(idle_s=0.05))
+async def test_a_body_the_upstream_does_not_read_is_a_write_timeout() -> None:
+    async def stalls(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(3)  # never reads the body
+        return web.Response()
+
+    async def big() -> AsyncIterator[bytes]:
+        for _ in range(64):  # 64 MiB: far past what the sockets' buffers hold
+            yield b"x" * (1 << 20)
+
+    async with local_upstream(stalls, reads_body=False) as server:
+        upstream = Upstream(config(server.base_url, write_s=0.2, first_byte_s=20))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(UpstreamTimeout) as caught:
+                await upstream.open("POST", "/v1/files", headers=[], content=big())
+            elapsed = loop.time() - started
+        finally:
+            await upstream.aclose()
+    assert elapsed < 2.5  # the write limit, not the 20 s first-byte one nor the handler's 3 s
+    assert caught.value.status == 504
+    assert "0.2 s to accept the request body" in caught.value.message
+
+
+async def test_idle_timeout_mid_body(server: LocalUpstream) -> None:
+    body = Script(b"data: 1\n\n", b"data: 2\n\n", 5.0, b"data: never\n\n")
+    server.handler = body
+    upstream = Upstream(config(server.base_url, idle_s=0.1))
     received: list[bytes] = []
     try:
         response = await upstream.open("POST", "/v1/chat/completions", headers=[], content=b"{}")
@@ -314,65 +325,79 @@ async def test_idle_timeout_mid_body() -> None:
             async for chunk in response.iter_body(decoded=False):
                 received.append(chunk)
         await response.aclose()
+        # Closing the response closes the connection: the upstream stops generating.
+        assert await eventually(lambda: body.closed)
     finally:
         await upstream.aclose()
-    assert received == [b"data: 1\n\n", b"data: 2\n\n"]
+    assert b"".join(received) == b"data: 1\n\ndata: 2\n\n"
     assert caught.value.timeout is True
-    assert "0.05 s" in str(caught.value)
-    assert body.closed
+    assert "0.1 s" in str(caught.value)
 
 
-async def test_pauses_shorter_than_idle_limit_are_fine() -> None:
-    body = Parts(b"a", 0.02, b"b", 0.02, b"c")
-    upstream = await make(lambda request: httpx.Response(200, stream=body), config(idle_s=1))
-    try:
-        assert await fetch(upstream) == (200, b"abc")
-    finally:
-        await upstream.aclose()
-
-
-async def test_stream_reset_mid_body_is_not_a_timeout() -> None:
-    body = Parts(b"part", httpx.ReadError("connection reset"))
-    upstream = await make(lambda request: httpx.Response(200, stream=body))
-    received: list[bytes] = []
-    try:
-        response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
-        with pytest.raises(UpstreamStreamBroken) as caught:
-            async for chunk in response.iter_body(decoded=True):
-                received.append(chunk)
-        await response.aclose()
-    finally:
-        await upstream.aclose()
-    assert received == [b"part"]
-    assert caught.value.timeout is False
-    assert "ReadError" in str(caught.value)
-
-
-async def test_empty_chunks_are_skipped() -> None:
-    body = Parts(b"", b"a", b"", b"b")
-    upstream = await make(lambda request: httpx.Response(200, stream=body))
+async def test_pauses_shorter_than_idle_limit_are_fine(server: LocalUpstream) -> None:
+    server.handler = Script(b"a", 0.02, b"b", 0.02, b"c")
+    upstream = Upstream(config(server.base_url, idle_s=1))
     try:
         response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
         chunks = [chunk async for chunk in response.iter_body(decoded=False)]
         await response.aclose()
     finally:
         await upstream.aclose()
-    assert chunks == [b"a", b"b"]
+    assert b"".join(chunks) == b"abc"
+    assert all(chunks)  # never an empty chunk
 
 
+async def test_stream_reset_mid_body_is_not_a_timeout(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
+    server.handler = Script(b"part", 0.05, RESET)
+    received: list[bytes] = []
+    response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+    with pytest.raises(UpstreamStreamBroken) as caught:
+        async for chunk in response.iter_body(decoded=True):
+            received.append(chunk)
+    await response.aclose()
+    assert received == [b"part"]
+    assert caught.value.timeout is False
+    assert "ClientPayloadError" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "pack"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", lambda data: zlib.compress(data, wbits=-zlib.MAX_WBITS)),  # headerless
+    ],
+)
 @pytest.mark.parametrize("decoded", [True, False])
-async def test_decoded_body_undoes_content_encoding(decoded: bool) -> None:
+async def test_decoded_body_undoes_content_encoding(
+    server: LocalUpstream, upstream: Upstream, encoding: str, pack: Any, decoded: bool
+) -> None:
     plain = b'{"object":"list","data":[]}' * 20
-    packed = gzip.compress(plain)
-    upstream = await make(
-        lambda request: httpx.Response(
-            200, headers=[("Content-Encoding", "gzip")], stream=Parts(packed[:10], packed[10:])
-        )
-    )
-    try:
-        response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
-        body = b"".join([chunk async for chunk in response.iter_body(decoded=decoded)])
-        await response.aclose()
-    finally:
-        await upstream.aclose()
+    packed = pack(plain)
+    server.handler = Script(packed[:10], 0.01, packed[10:], headers={"Content-Encoding": encoding})
+    response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+    assert ("content-encoding", encoding) in response.headers
+    body = b"".join([chunk async for chunk in response.iter_body(decoded=decoded)])
+    await response.aclose()
     assert body == (plain if decoded else packed)
+
+
+async def test_a_body_that_does_not_decode_is_a_broken_stream(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
+    server.handler = Script(b"not gzip at all", headers={"Content-Encoding": "gzip"})
+    response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+    with pytest.raises(UpstreamStreamBroken, match="error"):
+        await response.read()
+    await response.aclose()
+
+
+async def test_connections_are_reused(server: LocalUpstream, upstream: Upstream) -> None:
+    for _ in range(3):
+        assert await fetch(upstream) == (200, b"ok")
+    assert len({seen.peer for seen in server.seen}) == 1
+    connector = upstream.client.connector
+    assert connector is not None
+    assert connector.limit == 512

@@ -1,20 +1,20 @@
-"""The summarizer's model client, against httpx.MockTransport (no sockets)."""
+"""The summarizer's and embeddings' model clients, against a local upstream on a real socket."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
 
 from gateway.memory.recall import EmbeddingsUnavailable
 from gateway.memory.summarizer import SummarizerUnavailable
 from gateway.proxy.upstream import UpstreamChatModel, UpstreamEmbeddings
+from tests.proxy.local_upstream import RESET, LocalUpstream, Script, local_upstream
 
-Handler = Callable[[httpx.Request], httpx.Response | Awaitable[httpx.Response]]
 MESSAGES = [
     {"role": "system", "content": "[memory-gateway:chunk]\nSummarize."},
     {"role": "user", "content": "Message 1 (User): my seat is 14C"},
@@ -29,44 +29,48 @@ def completion(content: Any = "The user's seat is 14C.") -> dict[str, Any]:
     }
 
 
-class Recorder:
-    """A MockTransport handler that records requests and answers with one response."""
+def answer(
+    make: Callable[[], web.Response],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A handler answering each request with a fresh ``make()`` (a response is sent once)."""
 
-    def __init__(self, response: httpx.Response | None = None) -> None:
-        self.requests: list[httpx.Request] = []
-        self.response = response or httpx.Response(200, json=completion())
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return make()
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        return self.response
+    return handler
 
 
-def model(handler: Handler, **overrides: Any) -> UpstreamChatModel:
+@pytest.fixture
+async def server() -> AsyncIterator[LocalUpstream]:
+    async with local_upstream(answer(lambda: web.json_response(completion()))) as running:
+        yield running
+
+
+def model(server: LocalUpstream, **overrides: Any) -> UpstreamChatModel:
     options: dict[str, Any] = {
-        "base_url": "http://summarizer.test/v1/",
+        "base_url": server.base_url + "/",
         "api_key": "sk-summarizer",
         "model": "gpt-4o-mini",
         "timeout_s": 2.0,
         "temperature": 0.2,
     }
     options.update(overrides)
-    return UpstreamChatModel(**options, transport=httpx.MockTransport(handler))
+    return UpstreamChatModel(**options)
 
 
-async def test_posts_a_non_streaming_completion() -> None:
-    recorder = Recorder()
-    client = model(recorder)
+async def test_posts_a_non_streaming_completion(server: LocalUpstream) -> None:
+    client = model(server)
     try:
         text = await client.complete(MESSAGES, max_tokens=400)
     finally:
         await client.aclose()
     assert text == "The user's seat is 14C."
-    (request,) = recorder.requests
+    (request,) = server.seen
     assert request.method == "POST"
-    assert str(request.url) == "http://summarizer.test/v1/chat/completions"
-    assert request.headers["authorization"] == "Bearer sk-summarizer"
-    assert request.headers["content-type"] == "application/json"
-    assert json.loads(request.content) == {
+    assert request.target == "/v1/chat/completions"
+    assert request.header_values("authorization") == [b"Bearer sk-summarizer"]
+    assert request.header_values("content-type") == [b"application/json"]
+    assert json.loads(request.body) == {
         "model": "gpt-4o-mini",
         "messages": MESSAGES,
         "max_tokens": 400,
@@ -74,70 +78,60 @@ async def test_posts_a_non_streaming_completion() -> None:
     }
 
 
-async def test_sends_no_authorization_without_a_key() -> None:
-    recorder = Recorder()
-    client = model(recorder, api_key=None)
+async def test_sends_no_authorization_without_a_key(server: LocalUpstream) -> None:
+    client = model(server, api_key=None)
     try:
         await client.complete(MESSAGES, max_tokens=10)
     finally:
         await client.aclose()
-    assert "authorization" not in recorder.requests[0].headers
+    assert server.seen[0].header_values("authorization") == []
 
 
-async def test_keeps_no_cookie_between_calls() -> None:
-    response = httpx.Response(200, json=completion(), headers={"set-cookie": "sid=abc; Path=/"})
-    recorder = Recorder(response)
-    client = model(recorder)
+async def test_keeps_no_cookie_between_calls(server: LocalUpstream) -> None:
+    server.handler = answer(
+        lambda: web.json_response(completion(), headers={"set-cookie": "sid=abc; Path=/"})
+    )
+    client = model(server)
     try:
         await client.complete(MESSAGES, max_tokens=10)
         await client.complete(MESSAGES, max_tokens=10)
     finally:
         await client.aclose()
-    assert "cookie" not in recorder.requests[1].headers
+    assert server.seen[1].header_values("cookie") == []
 
 
-@pytest.mark.parametrize(
-    "response",
-    [
-        httpx.Response(500, json={"error": {"message": "exploded"}}),
-        httpx.Response(429, json={"error": {"message": "slow down"}}),
-        httpx.Response(302, headers={"location": "http://elsewhere.test/v1/chat/completions"}),
-        httpx.Response(200, content=b"not json"),
-        httpx.Response(200, json={"choices": []}),
-        httpx.Response(200, json={"choices": [{"message": {}}]}),
-        httpx.Response(200, json={"choices": [{"message": {"content": None}}]}),
-        httpx.Response(200, json=["not", "an", "object"]),
-        httpx.Response(200, json=completion(content=["a", "list"])),
-    ],
-    ids=[
-        "500",
-        "429",
-        "redirect",
-        "not-json",
-        "no-choices",
-        "no-content",
-        "null-content",
-        "list-body",
-        "list-content",
-    ],
-)
-async def test_a_bad_answer_is_unavailable(response: httpx.Response) -> None:
-    recorder = Recorder(response)
-    client = model(recorder)
+BAD_ANSWERS = {
+    "500": lambda: web.json_response({"error": {"message": "exploded"}}, status=500),
+    "429": lambda: web.json_response({"error": {"message": "slow down"}}, status=429),
+    "redirect": lambda: web.Response(status=302, headers={"location": "/v1/chat/completions"}),
+    "not-json": lambda: web.Response(body=b"not json"),
+    "no-choices": lambda: web.json_response({"choices": []}),
+    "no-content": lambda: web.json_response({"choices": [{"message": {}}]}),
+    "null-content": lambda: web.json_response({"choices": [{"message": {"content": None}}]}),
+    "list-body": lambda: web.json_response(["not", "an", "object"]),
+    "list-content": lambda: web.json_response(completion(content=["a", "list"])),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_ANSWERS))
+async def test_a_bad_answer_is_unavailable(server: LocalUpstream, bad: str) -> None:
+    server.handler = answer(BAD_ANSWERS[bad])
+    client = model(server)
     try:
         with pytest.raises(SummarizerUnavailable):
             await client.complete(MESSAGES, max_tokens=10)
     finally:
         await client.aclose()
-    assert len(recorder.requests) == 1  # no retry, no redirect followed
+    assert len(server.seen) == 1  # no retry, no redirect followed
 
 
-async def test_a_slow_model_is_unavailable_after_the_timeout() -> None:
-    async def slow(request: httpx.Request) -> httpx.Response:
+async def test_a_slow_model_is_unavailable_after_the_timeout(server: LocalUpstream) -> None:
+    async def slow(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(5)
-        return httpx.Response(200, json=completion())
+        return web.json_response(completion())
 
-    client = model(slow, timeout_s=0.1)
+    server.handler = slow
+    client = model(server, timeout_s=0.1)
     started = asyncio.get_running_loop().time()
     try:
         with pytest.raises(SummarizerUnavailable, match=r"within 0\.1 s"):
@@ -147,43 +141,59 @@ async def test_a_slow_model_is_unavailable_after_the_timeout() -> None:
     assert asyncio.get_running_loop().time() - started < 2
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        httpx.ConnectError("connection refused"),
-        httpx.ConnectTimeout("connect timed out"),
-        httpx.ReadTimeout("read timed out"),
-        httpx.RemoteProtocolError("peer closed connection"),
-    ],
-)
-async def test_a_transport_error_is_unavailable(error: httpx.HTTPError) -> None:
-    def fail(request: httpx.Request) -> httpx.Response:
-        raise error
-
-    client = model(fail)
+async def test_a_body_that_stops_short_is_bounded_too(server: LocalUpstream) -> None:
+    """The timeout covers the body, not only the headers."""
+    server.handler = Script(b'{"choices": [', 5.0)
+    client = model(server, timeout_s=0.1)
     try:
-        with pytest.raises(SummarizerUnavailable, match=type(error).__name__):
+        with pytest.raises(SummarizerUnavailable, match=r"within 0\.1 s"):
             await client.complete(MESSAGES, max_tokens=10)
     finally:
         await client.aclose()
 
 
-async def test_embeddings_client_orders_vectors_and_reports_failures() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        if body["input"] == ["bad"]:
-            return httpx.Response(200, json={"data": [{"index": 0}]})
-        if body["input"] == ["down"]:
-            return httpx.Response(503, json={})
-        rows = [{"index": i, "embedding": [float(i), 1.0]} for i in range(len(body["input"]))]
-        return httpx.Response(200, json={"data": list(reversed(rows))})
+async def test_a_refused_connection_is_unavailable() -> None:
+    async with local_upstream() as gone:
+        base_url = gone.base_url
+    client = UpstreamChatModel(
+        base_url=base_url, api_key=None, model="m", timeout_s=2, temperature=0
+    )
+    try:
+        with pytest.raises(SummarizerUnavailable, match="ClientConnectorError"):
+            await client.complete(MESSAGES, max_tokens=10)
+    finally:
+        await client.aclose()
 
-    client = UpstreamEmbeddings(
-        base_url="http://model.test/v1", api_key=None, model="m", timeout_s=1,
-        transport=httpx.MockTransport(handler),
-    )  # fmt: skip
-    assert await client.embed(["a", "b"]) == [[0.0, 1.0], [1.0, 1.0]]
-    for text in ("bad", "down"):
-        with pytest.raises(EmbeddingsUnavailable):
-            await client.embed([text])
-    await client.aclose()
+
+async def test_a_reset_mid_body_is_unavailable(server: LocalUpstream) -> None:
+    server.handler = Script(b'{"choices": [', 0.05, RESET)
+    client = model(server)
+    try:
+        with pytest.raises(SummarizerUnavailable, match="ClientPayloadError"):
+            await client.complete(MESSAGES, max_tokens=10)
+    finally:
+        await client.aclose()
+
+
+async def test_embeddings_client_orders_vectors_and_reports_failures(
+    server: LocalUpstream,
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = json.loads(server.seen[-1].body)
+        if body["input"] == ["bad"]:
+            return web.json_response({"data": [{"index": 0}]})
+        if body["input"] == ["down"]:
+            return web.json_response({}, status=503)
+        rows = [{"index": i, "embedding": [float(i), 1.0]} for i in range(len(body["input"]))]
+        return web.json_response({"data": list(reversed(rows))})
+
+    server.handler = handler
+    client = UpstreamEmbeddings(base_url=server.base_url, api_key=None, model="m", timeout_s=1)
+    try:
+        assert await client.embed(["a", "b"]) == [[0.0, 1.0], [1.0, 1.0]]
+        for text in ("bad", "down"):
+            with pytest.raises(EmbeddingsUnavailable):
+                await client.embed([text])
+    finally:
+        await client.aclose()
+    assert server.seen[0].target == "/v1/embeddings"
