@@ -687,7 +687,7 @@ class RedisStore:
 
         replies = await self._bounded(run)
         if any(isinstance(reply, NoScriptError) for reply in replies):
-            await self._bounded(self._load_scripts)
+            await self._load_scripts()
             replies = await self._bounded(run)
         for reply in replies:
             if isinstance(reply, Exception):
@@ -695,8 +695,13 @@ class RedisStore:
         return replies
 
     async def _load_scripts(self) -> None:
-        for script in self._scripts:
-            script.sha = await self.client.script_load(script.script)
+        """Into an emptied script cache (a restart, SCRIPT FLUSH), in one round trip."""
+
+        def build(pipe: Any) -> None:
+            for script in self._scripts:
+                pipe.script_load(script.script)
+
+        await self._pipeline(build)
 
     async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """Remember the session's pending jobs and notify the workers (one round trip)."""

@@ -286,3 +286,25 @@ async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: Re
     turn = await service.prepare(identity, (Message("user", "Where is the zephyr quokka?"),), "m")
     assert turn.context.receipt.recalled[0] == "1"
     assert texts[0] in turn.context.openai_messages()[0]["content"]
+
+
+async def test_a_server_that_lost_its_scripts_gets_them_again(
+    store: RedisStore, redis_server: RedisProcess
+) -> None:
+    """After a restart (here SCRIPT FLUSH) the load and the record, called by sha in
+    pipelines, find their scripts missing, load them and run whole, once."""
+    identity = replace(IDENTITY, session_id=f"flush-{uuid.uuid4().hex[:8]}")
+    service = MemoryService(store, TokenCounter(), MemoryConfig(preset="rolling-summary"))
+    for n in range(2):
+        client = redis_server.client()
+        client.script_flush()
+        client.close()
+        turn = await service.prepare(identity, (Message("user", f"question {n}"),), "gpt-4o")
+        client = redis_server.client()
+        client.script_flush()
+        client.close()
+        await service.record(turn, Message("assistant", f"answer {n}"), now=1.0 + n)
+    count, messages = await store.tail(session_keys(identity), 10)
+    assert count == 4
+    assert [m.text for m in messages] == ["question 0", "answer 0", "question 1", "answer 1"]
+    assert _notices(redis_server, identity.session_id) == {b"fold:1-2:t1", b"fold:3-4:t2"}
