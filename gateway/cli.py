@@ -11,7 +11,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,18 @@ def _redis(settings: Settings) -> tuple[EmbeddedRedis | None, str]:
         return None, settings.redis.url
     embedded = EmbeddedRedis(settings.redis.data_dir)
     return embedded, embedded.url
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop (uvicorn's own choice with ``--workers``): its event loop and sockets
+    are C, and the gateway is bound by them. Plain asyncio where uvloop is not installed."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main)
 
 
 async def _serve(settings: Settings, host: str, port: int) -> None:
@@ -183,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.command == "worker":
         try:
-            asyncio.run(_work(settings))
+            _run(_work(settings))
         except ConfigError as error:
             print(f"memory-gateway: invalid configuration: {error}", file=sys.stderr)
             return 2
@@ -197,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the normal way to stop
-        asyncio.run(_serve(settings, host, port))
+        _run(_serve(settings, host, port))
     return 0
 
 
