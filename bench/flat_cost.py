@@ -327,6 +327,11 @@ def measure_size(
     full = full_history_cost(counter, *plan[0])
     full_body = chat_body([*plan[0][0].messages, probe(plan[0][1])])
     url = f"{upstream}/chat/completions"
+    # Warm-up (not counted, nothing recorded): pools, caches, the first stream's setup.
+    for session, fact in plan[:5]:
+        warm = {**AUTH, "X-Session-Id": session.id, "X-Memory-Mode": "read"}
+        stream(client, "/v1/chat/completions", chat_body([probe(fact)]), warm)
+        stream(direct, url, chat_body(contexts[(session.id, fact.probe)][0]), AUTH)
     gw_first, direct_first, full_first, tokens = [], [], [], []
     cpu_gw, cpu_redis = cpu_seconds(gw.pid), cpu_seconds(redis_pid)
     for i, (session, fact) in enumerate(plan):
@@ -674,6 +679,7 @@ def phases_on(
     with gateway(settings) as gw, QueueWatch(redis_url) as watch, \
             httpx.Client(base_url=gw.url, headers=AUTH, timeout=60) as client, \
             httpx.Client(timeout=60) as direct:  # fmt: skip
+        probe_phase(client, direct, upstream, 0.5)  # warm-up, not counted
         yield Phases(args, gw, upstream, watch, client, direct, rows)
 
 
