@@ -204,8 +204,9 @@ end
 return {first, n, turns, new_user, predicted}
 """.replace("POSTINGS_CAP", str(POSTINGS_CAP))
 
-# KEYS: meta, log, tiers, pins, jobs, index.  ARGV: tail (0: recall only), candidates, then
-# the query's terms. A session as one request needs it, read atomically: its meta, length,
+# KEYS: meta, log, tiers, pins, jobs, index.  ARGV: tail (0: recall only), candidates, their
+# bytes at most (CANDIDATE_BYTES: a huge message is read only if it is a hit), the query's
+# terms. A session as one request needs it, read atomically: its meta, length,
 # newest ``tail`` messages, tiers, pins, pending jobs, the postings of the query's terms,
 # and the messages those postings point to outside the tail, so recall's hits seldom need
 # a second read. Which ones is a prefetch, not the ranking (that stays in Python, which
@@ -213,8 +214,9 @@ return {first, n, turns, new_user, predicted}
 # the messages it is densest in first (tf / length, newest among equals: a short message
 # that names the term is what BM25 ranks high), ``candidates`` messages at most. With
 # tail 0 it serves recall over another session of the same user.
+CANDIDATE_BYTES = 64 * 1024
 LOAD_SCRIPT = """
-local tail, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tail, cap, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local meta = redis.call('HGETALL', KEYS[1])
 local n = redis.call('LLEN', KEYS[2])
 local messages, tiers, pins, pending = {}, false, {}, 0
@@ -225,7 +227,7 @@ if tail > 0 then
   pending = redis.call('HLEN', KEYS[5])
 end
 local postings = {}
-for from = 3, #ARGV, 1000 do  -- in batches: unpack() has a stack limit
+for from = 4, #ARGV, 1000 do  -- in batches: unpack() has a stack limit
   local batch = redis.call('HMGET', KEYS[6], unpack(ARGV, from, math.min(from + 999, #ARGV)))
   for _, value in ipairs(batch) do
     table.insert(postings, value)
@@ -242,7 +244,7 @@ table.sort(order, function(a, b)
   return a[2] < b[2]
 end)
 local loaded_from = n - #messages + 1
-local found, seen, chosen = {}, {}, 0
+local found, seen, chosen, bytes = {}, {}, 0, 0
 for _, term in ipairs(order) do
   if chosen >= cap then break end
   local entries = {}
@@ -260,7 +262,8 @@ for _, term in ipairs(order) do
       seen[index] = true
       chosen = chosen + 1
       local message = redis.call('LINDEX', KEYS[2], index - 1)
-      if message then
+      if message and bytes + #message <= budget then
+        bytes = bytes + #message
         table.insert(found, index)
         table.insert(found, message)
       end
@@ -543,7 +546,7 @@ class RedisStore:
         self, pipe: Any, keys: SessionKeys, tail: int, candidates: int, terms: Sequence[str]
     ) -> None:
         names = (keys.meta, keys.log, keys.tiers, keys.pins, keys.jobs, keys.index)
-        pipe.evalsha(self._load.sha, len(names), *names, tail, candidates, *terms)
+        pipe.evalsha(self._load.sha, len(names), *names, tail, candidates, CANDIDATE_BYTES, *terms)
 
     async def archives(
         self, sessions: Sequence[SessionKeys], query_terms: Sequence[str], candidates: int

@@ -27,7 +27,7 @@ from gateway.memory.jobs import schedule
 from gateway.memory.model import Message
 from gateway.memory.service import CANDIDATES_PER_HIT, MemoryService, session_keys
 from gateway.store.keys import JOB_STREAM
-from gateway.store.redis_store import RedisStore
+from gateway.store.redis_store import CANDIDATE_BYTES, RedisStore
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import Memory, build_settings, register_content, say, sdk
 from tests.integration.test_recall import import_all
@@ -308,3 +308,25 @@ async def test_a_server_that_lost_its_scripts_gets_them_again(
     assert count == 4
     assert [m.text for m in messages] == ["question 0", "answer 0", "question 1", "answer 1"]
     assert _notices(redis_server, identity.session_id) == {b"fold:1-2:t1", b"fold:3-4:t2"}
+
+
+async def test_a_load_brings_candidates_within_a_byte_budget(store: RedisStore) -> None:
+    """However long the archived messages, a load's candidates stay under CANDIDATE_BYTES."""
+    identity = replace(IDENTITY, session_id=f"bytes-{uuid.uuid4().hex[:8]}")
+    config = MemoryConfig()
+    service = MemoryService(store, TokenCounter(), config)
+    huge = "The walrus manifest follows. " + "cargo " * (CANDIDATE_BYTES // 6)
+    texts = [huge, "The walrus is small.", *(f"Filler {i}." for i in range(config.reconcile_tail))]
+    messages = tuple(
+        Message("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)
+    )
+    await service.import_messages(session_keys(identity), None, messages, now=1.0)
+    loaded = await store.load_turn(
+        session_keys(identity),
+        config.reconcile_tail,
+        query_terms=recall.terms("walrus"),
+        candidates=16,
+    )
+    assert sorted(loaded.archive.raw) == [2]  # the huge one is read only if it is a hit
+    message = loaded.archive.message(2)
+    assert message is not None and message.text == texts[1]
