@@ -9,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
 
 from gateway.config import Composition, EmbeddingsConfig, MemoryConfig
 from gateway.identity import Identity
@@ -20,6 +18,7 @@ from gateway.memory import recall
 from gateway.memory.assemble import Context, Recalled, assemble, window_units
 from gateway.memory.jobs import Job, schedule
 from gateway.memory.model import Message, Pin, SessionState
+from gateway.memory.recent import Recent, RecentSet
 from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.store.keys import SessionKeys, UserKeys
@@ -48,37 +47,6 @@ RECORD_ATTEMPTS = 5
 CANDIDATES_PER_HIT = 4
 # Users and sessions remembered for prefetching (a few MB at most).
 RECENT_ENTRIES = 10_000
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class _Recent(Generic[K, V]):
-    """A bounded mapping that forgets the least recently written entry first."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K, default: V) -> V:
-        return self._items.get(key, default)
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
-
-
-class _RecentSet(Generic[K]):
-    def __init__(self, size: int) -> None:
-        self._items: _Recent[K, bool] = _Recent(size)
-
-    def add(self, key: K) -> None:
-        self._items.put(key, True)
-
-    def __contains__(self, key: K) -> bool:
-        return self._items.get(key, False)
 
 
 def _query(messages: Sequence[Message]) -> str:
@@ -120,10 +88,10 @@ class MemoryService:
         # Prefetch hints, never trusted as data: which sessions a user's history named at
         # their last request (their archives come with the next load), and which sessions
         # are past the young-session age (no cross-session recall, nothing to prefetch).
-        self._peers: _Recent[UserKeys, tuple[SessionKeys, ...]] = _Recent(RECENT_ENTRIES)
-        self._grown: _RecentSet[SessionKeys] = _RecentSet(RECENT_ENTRIES)
+        self._peers: Recent[UserKeys, tuple[SessionKeys, ...]] = Recent(RECENT_ENTRIES)
+        self._grown: RecentSet[SessionKeys] = RecentSet(RECENT_ENTRIES)
         # And the sessions known to be their user's already (no idle check to prepare).
-        self._joined: _RecentSet[tuple[SessionKeys, str | None]] = _RecentSet(RECENT_ENTRIES)
+        self._joined: RecentSet[tuple[SessionKeys, str | None]] = RecentSet(RECENT_ENTRIES)
 
     def _counted(
         self, messages: tuple[Message, ...], model: str, memo: dict[int, Message]
@@ -142,8 +110,8 @@ class MemoryService:
     async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
         """Load the session and plan the context (raises ``StoreUnavailable``).
 
-        One round trip, usually: the load brings the recall candidates of this session
-        and of the user's earlier sessions known from their last request (see ``_Recent``).
+        One round trip, usually: the load brings the recall candidates of this session,
+        and of the user's earlier sessions this process saw named at their last request.
         """
         keys = session_keys(identity)
         composition = self.composition
