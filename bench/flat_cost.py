@@ -259,13 +259,21 @@ def post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any
     return result
 
 
-def load_session(client: httpx.Client, session: Session) -> int:
-    """Import in batches, then run every summarizer job so the tiers are complete; the
-    number of jobs that ran."""
+def import_session(client: httpx.Client, session: Session) -> None:
     path = f"/memory/sessions/{session.id}"
     for start in range(0, len(session.messages), IMPORT_BATCH):
         batch = session.messages[start : start + IMPORT_BATCH]
         post(client, f"{path}/messages", {"messages": batch})
+
+
+def load_session(client: httpx.Client, session: Session) -> int:
+    """Import, then run every summarizer job so the tiers are complete; the jobs run."""
+    import_session(client, session)
+    return flush_session(client, session)
+
+
+def flush_session(client: httpx.Client, session: Session) -> int:
+    path = f"/memory/sessions/{session.id}"
     ran = 0
     for _ in range(50):
         flushed = post(client, f"{path}/flush", {})
@@ -293,7 +301,7 @@ def stored_kb(store: redis.Redis, session_id: str) -> dict[str, float]:
     summaries, facts; read whole by every request)."""
     keys = SessionKeys(tenant_id(store.get(TENANT_SECRET_KEY) or b"", API_KEY), session_id)
     return {
-        f"{name}_kb": (store.memory_usage(getattr(keys, name)) or 0) / 1024
+        f"{name}_kb": (store.memory_usage(getattr(keys, name), samples=0) or 0) / 1024
         for name in ("log", "index", "tiers")
     }
 
@@ -316,10 +324,13 @@ def measure_size(
 ) -> dict[str, Any]:  # fmt: skip
     counter = TokenCounter()
     sessions = [conversation(size, n, seed) for n in range(copies(size, requests))]
-    started, cpu = time.monotonic(), cpu_seconds(gw.pid)
-    jobs = sum(load_session(client, session) for session in sessions)
-    # Imports and flushed jobs: the worker's cost, off the request path.
-    load_cpu_s, loaded_s = cpu_seconds(gw.pid) - cpu, time.monotonic() - started
+    started = time.monotonic()
+    for session in sessions:
+        import_session(client, session)
+    # The jobs' cost (summaries, facts), off the request path.
+    cpu = cpu_seconds(gw.pid)
+    jobs = sum(flush_session(client, session) for session in sessions)
+    job_cpu_s, loaded_s = cpu_seconds(gw.pid) - cpu, time.monotonic() - started
     stored = stored_kb(store, sessions[0].id)
     plan = [(s, f) for s in sessions for f in s.facts]
     plan = [plan[i % len(plan)] for i in range(requests)]
@@ -361,8 +372,7 @@ def measure_size(
         "requests": requests,
         "load_s": round(loaded_s, 1),
         "summary_jobs": jobs,
-        # Per job, with the import's own CPU in it (small beside the jobs').
-        "load_cpu_ms_per_job": load_cpu_s / jobs * 1000 if jobs else None,
+        "job_cpu_ms": job_cpu_s / jobs * 1000 if jobs else None,
         **stored,
         "forwarded_tokens": statistics.mean(tokens),
         "recall_present": sum(present) / len(present),
@@ -383,7 +393,7 @@ RATIO_KEYS = (
     "tiers_kb",
     "forwarded_tokens", "gateway_cpu_ms", "redis_cpu_ms", "added_p50_ms", "added_p99_ms",
     "gateway_first_event_p50_ms", "full_history_tokens", "full_history_client_cpu_ms",
-    "full_history_first_event_p50_ms", "load_cpu_ms_per_job",
+    "full_history_first_event_p50_ms", "job_cpu_ms",
 )  # fmt: skip
 
 
@@ -445,7 +455,7 @@ def flat_cost_table(result: dict[str, Any]) -> str:
 
 
 def _job_cpu(row: dict[str, Any]) -> str:
-    cpu = row["load_cpu_ms_per_job"]
+    cpu = row["job_cpu_ms"]
     return "n/a" if cpu is None else f"{cpu:.1f}"
 
 
@@ -460,7 +470,7 @@ def _ratio_row(rows: Sequence[dict[str, Any]], name: str, q: dict[str, float | N
         f"| {x('gateway_cpu_ms')} | {x('redis_cpu_ms')} | {x('added_p50_ms')} "
         f"| {x('added_p99_ms')} | {x('gateway_first_event_p50_ms')} "
         f"| {x('full_history_tokens')} | | {x('full_history_client_cpu_ms')} "
-        f"| {x('full_history_first_event_p50_ms')} | {x('load_cpu_ms_per_job')} |"
+        f"| {x('full_history_first_event_p50_ms')} | {x('job_cpu_ms')} |"
     )
 
 
@@ -768,7 +778,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write every number here")
     args = parser.parse_args(argv)
     if args.quick:
-        # Making 10,000 messages' summaries alone takes ~40 s (see load_cpu_ms_per_job).
+        # Making 10,000 messages' summaries alone takes ~40 s (see job_cpu_ms).
         args.sizes, args.requests, args.phase_s = "10,100,1000,5000", 30, 3.0
     return args
 
