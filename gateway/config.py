@@ -253,7 +253,10 @@ PRESETS: dict[str, Composition] = {
     # durable facts (newer supersede older), and seed 001's cross-session profile.
     "hybrid-recall": Composition(
         window=WindowTier(messages=8, keep_last=3),
-        chunks=ChunkTier(first_at=15, every=15, size=15, use=3),
+        # Every request reads the whole tiers document: keeping all chunk summaries made it
+        # grow with the conversation (448 KB and 4.6 ms to parse at 10,000 messages, for 3
+        # summaries sent). What older chunks held stays reachable by recall and facts.
+        chunks=ChunkTier(first_at=15, every=15, size=15, use=3, keep=12),
         pins=PinsTier(use=5),
         # Facts are one short line each: 30 fit in a few hundred tokens, and a fact the
         # question does not name in its own words is only found here, not by recall.
