@@ -26,6 +26,7 @@ Choices, each for a reason:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import zlib
 from collections.abc import AsyncIterator, Iterable
@@ -145,6 +146,21 @@ class _Decoder:
         return bytes(self._zlib.flush()) if self._zlib is not None else b""
 
 
+def _buffered(content: aiohttp.StreamReader) -> bytes:
+    """The bytes that arrived before the connection broke, taken out of the reader.
+
+    Once a connection breaks, aiohttp's reads raise at once and leave what was already
+    received in the buffer; a relay must pass those bytes on (a client would otherwise
+    lose the last tokens it was sent). The buffer is private, hence the care.
+    """
+    buffer = getattr(content, "_buffer", None)
+    if not buffer:
+        return b""
+    data = b"".join(bytes(part) for part in buffer)
+    buffer.clear()
+    return data
+
+
 class UpstreamResponse:
     """An upstream answer whose headers have arrived and whose body is still to read."""
 
@@ -172,13 +188,21 @@ class UpstreamResponse:
                     f"upstream sent nothing for {self._idle_s:g} s", timeout=True
                 ) from None
             except (aiohttp.ClientError, OSError, zlib.error) as error:
-                raise UpstreamStreamBroken(
+                broken = UpstreamStreamBroken(
                     f"upstream stream broke: {type(error).__name__}", timeout=False
-                ) from None
+                )
+                break
             if piece:
                 yield piece
             if not chunk:
                 return
+        # Relay what the upstream did send before it broke, then report the break.
+        rest = _buffered(content)
+        with contextlib.suppress(zlib.error):
+            piece = decoder.feed(rest) if rest else b""
+            if piece:
+                yield piece
+        raise broken
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_body(decoded=True)])
@@ -216,6 +240,10 @@ class Upstream:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
         self._client: aiohttp.ClientSession | None = None
+        # Waiting for a pooled connection and the TCP connect, together.
+        self._connect = aiohttp.ClientTimeout(
+            total=None, connect=config.timeouts.connect_s, sock_read=None
+        )
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -257,12 +285,10 @@ class Upstream:
                     method,
                     self._target(path, query),
                     headers=sent,
-                    data=_Body(content, timeouts.write_s),
+                    # No body at all rather than an empty one: no Content-Length: 0 on a GET.
+                    data=None if content == b"" else _Body(content, timeouts.write_s),
                     allow_redirects=False,
-                    # Waiting for a pooled connection and the TCP connect, together.
-                    timeout=aiohttp.ClientTimeout(
-                        total=None, connect=timeouts.connect_s, sock_read=None
-                    ),
+                    timeout=self._connect,
                 )
         except TimeoutError as error:
             if isinstance(error, aiohttp.ConnectionTimeoutError):

@@ -146,6 +146,7 @@ async def test_only_the_clients_headers_are_sent(server: LocalUpstream, upstream
     assert explicit.header_values("user-agent") == [b"my-app/2"]
     assert explicit.header_values("accept") == [b"text/plain"]
     assert explicit.header_values("accept-encoding") == []
+    assert explicit.header_values("content-length") == []  # a GET without a body
 
 
 async def test_non_ascii_header_bytes_are_sent_as_they_came(
@@ -401,3 +402,18 @@ async def test_connections_are_reused(server: LocalUpstream, upstream: Upstream)
     connector = upstream.client.connector
     assert connector is not None
     assert connector.limit == 512
+
+
+async def test_bytes_that_arrived_before_a_reset_are_still_relayed(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
+    """aiohttp raises on a read once the connection broke, dropping what it had buffered."""
+    server.handler = Script(b"data: 1\n\n", 0.05, b"data: 2\n\n", RESET)
+    response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+    await asyncio.sleep(0.3)  # the last chunk and the reset are both in before we read
+    received: list[bytes] = []
+    with pytest.raises(UpstreamStreamBroken):
+        async for chunk in response.iter_body(decoded=True):
+            received.append(chunk)
+    await response.aclose()
+    assert b"".join(received) == b"data: 1\n\ndata: 2\n\n"
