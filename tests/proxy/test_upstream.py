@@ -417,3 +417,49 @@ async def test_bytes_that_arrived_before_a_reset_are_still_relayed(
             received.append(chunk)
     await response.aclose()
     assert b"".join(received) == b"data: 1\n\ndata: 2\n\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "broken"),
+    [
+        # A bad chunk size after a good chunk: what came first is kept. aiohttp's parser
+        # error never reaches the body reader, so the idle limit is what ends it.
+        ([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", b"ZZ\r\n"], True),
+        # A body shorter than its Content-Length, then a close.
+        ([b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nhello"], True),
+        # Not HTTP at all: nothing to relay, the upstream is unusable.
+        ([b"SSH-2.0-OpenSSH_9.6\r\n\r\n"], False),
+    ],
+    ids=["bad-chunk", "short-body", "not-http"],
+)
+async def test_a_malformed_answer_is_a_gateway_error_not_a_crash(
+    answer: list[bytes], broken: bool
+) -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        for part in answer:
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(0.1)  # the head is read before the bad part arrives
+        writer.close()
+
+    raw = await asyncio.start_server(respond, "127.0.0.1", 0)
+    port = raw.sockets[0].getsockname()[1]
+    upstream = Upstream(config(f"http://127.0.0.1:{port}/v1", idle_s=0.5))
+    try:
+        if not broken:
+            with pytest.raises(UpstreamUnreachable):
+                await upstream.open("GET", "/v1/models", headers=[], content=b"")
+            return
+        response = await upstream.open("GET", "/v1/models", headers=[], content=b"")
+        received: list[bytes] = []
+        with pytest.raises(UpstreamStreamBroken) as caught:
+            async for chunk in response.iter_body(decoded=True):
+                received.append(chunk)
+        await response.aclose()
+        assert b"".join(received) == b"hello"
+        assert caught.value.timeout is (answer[-1] == b"ZZ\r\n")
+    finally:
+        await upstream.aclose()
+        raw.close()
+        await raw.wait_closed()
