@@ -40,10 +40,10 @@ END_JOB = Job("end", 0, 0, 0)
 # Records that lost a race for the tail and were planned again; each race needs another
 # turn to land in between, so a few attempts are plenty.
 RECORD_ATTEMPTS = 5
-# A load brings this many messages per recall hit wanted, those the rarest query terms
-# are densest in. On bench/recall.py's conversations (3 x 320 messages) a second read was
-# needed for 0 of 75 literal probes and 3 of 75 paraphrased ones (3 per hit: 0 and 6;
-# the newest postings first instead: 7 and 17 at 3 per hit).
+# A load brings this many messages per recall hit wanted (see redis_store.LOAD_SCRIPT).
+# On bench/recall.py's conversations (150 probes, half of them paraphrased) a second read
+# was needed for 2 probes at 320 messages and 17 at 2,000 (3 per hit: 3 and 19; the
+# newest postings of the rarest term instead, at 320 messages: 24).
 CANDIDATES_PER_HIT = 4
 # Users and sessions remembered for prefetching (a few MB at most).
 RECENT_ENTRIES = 10_000

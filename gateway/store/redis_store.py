@@ -210,11 +210,16 @@ return {first, n, turns, new_user, predicted}
 # newest ``tail`` messages, tiers, pins, pending jobs, the postings of the query's terms,
 # and the messages those postings point to outside the tail, so recall's hits seldom need
 # a second read. Which ones is a prefetch, not the ranking (that stays in Python, which
-# reads any hit missed here): the rarest terms first (BM25's heaviest), and of each term
-# the messages it is densest in first (tf / length, newest among equals: a short message
-# that names the term is what BM25 ranks high), ``candidates`` messages at most. With
-# tail 0 it serves recall over another session of the same user.
+# reads any hit missed here). Postings are read rarest term first (BM25's heaviest), the
+# newest CANDIDATES_SCANNED bytes in all (a request's work in Redis stays bounded however
+# long the archive); the messages they name go first when they hold more query terms,
+# then a rarer one, then densely (tf / length), then newest: ``candidates`` at most.
+# With tail 0 it serves recall over another session of the same user.
 CANDIDATE_BYTES = 64 * 1024
+# Scanning 4 KiB costs Redis ~0.1-0.2 ms on a 10,000-message session; 8 KiB finds a few
+# more hits (bench/recall.py at 2,000 messages: 13 of 150 probes need a second read, not
+# 17) for ~0.05 ms more.
+CANDIDATES_SCANNED = 4096
 LOAD_SCRIPT = """
 local tail, cap, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local meta = redis.call('HGETALL', KEYS[1])
@@ -244,34 +249,59 @@ table.sort(order, function(a, b)
   return a[2] < b[2]
 end)
 local loaded_from = n - #messages + 1
-local found, seen, chosen, bytes = {}, {}, 0, 0
-for _, term in ipairs(order) do
-  if chosen >= cap then break end
-  local entries = {}
-  for index, tf, len in string.gmatch(postings[term[2]], '(%d+):(%d+):(%d+),') do
-    table.insert(entries, {tonumber(index), tonumber(tf) / math.max(tonumber(len), 1)})
+local found, bytes = {}, 0
+-- Every message the scanned postings name outside the tail: how many query terms it
+-- holds, the rarest of them (its rank in ``order``) and its density there.
+local cover, rarest, density, named = {}, {}, {}, {}
+local scan = cap > 0 and SCANNED or 0  -- bytes of postings read, rarest terms first
+for rank, term in ipairs(order) do
+  if scan <= 0 then break end
+  local value = postings[term[2]]
+  if #value > scan then  -- the newest postings only: a request's work stays bounded
+    value = string.sub(value, -scan)
+    value = string.sub(value, (string.find(value, ',', 1, true) or #value) + 1)
   end
-  table.sort(entries, function(a, b)
-    if a[2] ~= b[2] then return a[2] < b[2] end
-    return a[1] < b[1]
-  end)
-  for k = #entries, 1, -1 do
-    local index = entries[k][1]
-    if chosen >= cap then break end
-    if index < loaded_from and not seen[index] then
-      seen[index] = true
-      chosen = chosen + 1
-      local message = redis.call('LINDEX', KEYS[2], index - 1)
-      if message and bytes + #message <= budget then
-        bytes = bytes + #message
-        table.insert(found, index)
-        table.insert(found, message)
+  scan = scan - #value
+  for index, tf, len in string.gmatch(value, '(%d+):(%d+):(%d+),') do
+    index = tonumber(index)
+    if index < loaded_from then
+      if cover[index] then
+        cover[index] = cover[index] + 1
+      else
+        cover[index], rarest[index] = 1, rank
+        density[index] = tonumber(tf) / math.max(tonumber(len), 1)
+        named[#named + 1] = index
       end
     end
   end
 end
+local function before(a, b)
+  if cover[a] ~= cover[b] then return cover[a] > cover[b] end
+  if rarest[a] ~= rarest[b] then return rarest[a] < rarest[b] end
+  if density[a] ~= density[b] then return density[a] > density[b] end
+  return a > b
+end
+local best = {}
+for _, index in ipairs(named) do
+  if #best < cap or before(index, best[#best]) then
+    local at = #best + 1
+    while at > 1 and before(index, best[at - 1]) do
+      at = at - 1
+    end
+    table.insert(best, at, index)
+    if #best > cap then table.remove(best) end
+  end
+end
+for _, index in ipairs(best) do
+  local message = redis.call('LINDEX', KEYS[2], index - 1)
+  if message and bytes + #message <= budget then
+    bytes = bytes + #message
+    table.insert(found, index)
+    table.insert(found, message)
+  end
+end
 return {meta, n, messages, tiers, pins, pending, postings, found}
-"""
+""".replace("SCANNED", str(CANDIDATES_SCANNED))
 
 # KEYS: meta, tiers, jobs.  ARGV: expected version, tiers JSON, job id, ttl_s.
 # Writes a job's result only if nobody wrote since the job read the tiers (versions never

@@ -25,9 +25,9 @@ from gateway.identity import Identity, MemoryMode
 from gateway.memory import recall
 from gateway.memory.jobs import schedule
 from gateway.memory.model import Message
-from gateway.memory.service import CANDIDATES_PER_HIT, MemoryService, session_keys
+from gateway.memory.service import MemoryService, session_keys
 from gateway.store.keys import JOB_STREAM
-from gateway.store.redis_store import CANDIDATE_BYTES, RedisStore
+from gateway.store.redis_store import CANDIDATE_BYTES, CANDIDATES_SCANNED, RedisStore
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import Memory, build_settings, register_content, say, sdk
 from tests.integration.test_recall import import_all
@@ -257,17 +257,19 @@ async def test_jobs_of_a_turn_that_lost_the_race_are_enqueued_for_where_it_lande
 
 
 async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: RedisStore) -> None:
-    """The load brings the messages the rarest query term is densest in: a long message
-    that BM25 ranks first (it holds both terms) is not among them, and is read after."""
+    """A load reads at most CANDIDATES_SCANNED bytes of postings, rarest terms first: the
+    oldest message of the second term, which BM25 ranks first (it says it twice, and
+    nothing else), is beyond them; it is read after, and recalled all the same."""
     identity = replace(IDENTITY, session_id=f"miss-{uuid.uuid4().hex[:8]}")
     config = MemoryConfig()
     service = MemoryService(store, TokenCounter(), config)
-    tier = config.composition.recall
-    assert tier is not None
-    rare = CANDIDATES_PER_HIT * tier.hits + 1  # more messages than the load brings
-    texts = ["The zephyr quokka lodge near the old harbour is booked for the whole family."]
-    texts += [f"Quokka sighting number {i} today." for i in range(rare - 1)]
-    texts += [f"A zephyr of wind {i} this morning." for i in range(rare + 1)]
+    # Two terms whose postings together are longer than a load scans (~9 bytes each).
+    said = CANDIDATES_SCANNED // 12
+    texts = ["Quokka quokka."]
+    # Enough other messages that both terms are rare (recall's min_score).
+    texts += [f"Filler message {i} about nothing." for i in range(6 * said)]
+    texts += [f"Zephyr number {i} today." for i in range(said)]
+    texts += [f"Quokka sighting {i} today." for i in range(said)]
     # Past the loaded tail, where only the candidates (or a second read) reach.
     texts += [f"Filler message {i} about nothing." for i in range(config.reconcile_tail)]
     messages = tuple(
@@ -279,10 +281,10 @@ async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: Re
         session_keys(identity),
         config.reconcile_tail,
         query_terms=recall.terms("zephyr quokka"),
-        candidates=CANDIDATES_PER_HIT * tier.hits,
+        candidates=16,
     )
     assert 1 not in loaded.archive.raw, "the top hit is not among the candidates"
-    assert len(loaded.archive.raw) == CANDIDATES_PER_HIT * tier.hits
+    assert len(loaded.archive.raw) == 16
     turn = await service.prepare(identity, (Message("user", "Where is the zephyr quokka?"),), "m")
     assert turn.context.receipt.recalled[0] == "1"
     assert texts[0] in turn.context.openai_messages()[0]["content"]
