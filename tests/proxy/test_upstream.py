@@ -435,13 +435,18 @@ async def test_bytes_that_arrived_before_a_reset_are_still_relayed(
 async def test_a_malformed_answer_is_a_gateway_error_not_a_crash(
     answer: list[bytes], broken: bool
 ) -> None:
+    answered = asyncio.Event()
+
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        for part in answer:
-            writer.write(part)
-            await writer.drain()
-            await asyncio.sleep(0.1)  # the head is read before the bad part arrives
-        writer.close()
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            for part in answer:
+                writer.write(part)
+                await writer.drain()
+                await asyncio.sleep(0.1)  # the head is read before the bad part arrives
+        finally:
+            writer.close()
+            answered.set()
 
     raw = await asyncio.start_server(respond, "127.0.0.1", 0)
     port = raw.sockets[0].getsockname()[1]
@@ -461,5 +466,6 @@ async def test_a_malformed_answer_is_a_gateway_error_not_a_crash(
         assert caught.value.timeout is (answer[-1] == b"ZZ\r\n")
     finally:
         await upstream.aclose()
+        await asyncio.wait_for(answered.wait(), 5)
         raw.close()
         await raw.wait_closed()
