@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 # Roles that are part of the conversation record and get an index; system/developer
@@ -79,12 +79,19 @@ class Message:
 
     @classmethod
     def from_json(cls, raw: str | bytes, index: int) -> Message:
+        # Built in one call, not from_openai + replace: every request parses the session's
+        # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
         data = json.loads(raw)
-        return replace(
-            cls.from_openai(data),
-            index=index,
-            tokens=int(data.get("tokens", 0)),
-            ts=data.get("ts", 0.0),
+        tool_calls = data.get("tool_calls")
+        return cls(
+            data["role"],
+            data.get("content"),
+            tuple(tool_calls) if tool_calls else None,
+            data.get("tool_call_id"),
+            data.get("name"),
+            index,
+            int(data.get("tokens", 0)),
+            data.get("ts", 0.0),
         )
 
     @property
