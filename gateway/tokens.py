@@ -65,6 +65,17 @@ def encoding_for_model(model: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)
 
 
+# The memory block is made of the same texts request after request (a session's
+# summaries, facts, pins, its recalled messages): count each once. Bounded, and keyed by
+# the text itself, so a changed summary is simply a new entry.
+_CACHED_TEXT_CHARS = 4096  # a summary fits; a pasted document is counted, not kept
+
+
+@lru_cache(maxsize=8192)
+def _count(text: str, model: str) -> int:
+    return len(encoding_for_model(model).encode(text, disallowed_special=()))
+
+
 class TokenCounter:
     """Counts tokens the way the chat-completions API bills a prompt."""
 
@@ -74,8 +85,10 @@ class TokenCounter:
     def count_text(self, text: str, model: str | None = None) -> int:
         if not text:
             return 0
-        encoding = encoding_for_model(model or self.default_model)
-        return len(encoding.encode(text, disallowed_special=()))
+        model = model or self.default_model
+        if len(text) > _CACHED_TEXT_CHARS:
+            return _count.__wrapped__(text, model)
+        return _count(text, model)
 
     def count_message(self, message: Message, model: str | None = None) -> int:
         return TOKENS_PER_MESSAGE + self.count_payload(message.to_openai(), model)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 PREFIX = "mg"
 TENANT_SECRET_KEY = f"{PREFIX}:tenant-secret"
@@ -32,7 +33,9 @@ JOB_STREAM = f"{PREFIX}:jobs"
 JOB_GROUP = "summarizers"
 
 
+@lru_cache(maxsize=4096)
 def _digest(value: str) -> str:
+    # Every key of a session is built from it, several times a request: hash an id once.
     return hashlib.sha256(value.encode()).hexdigest()[:24]
 
 
