@@ -15,6 +15,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.memory.summarizer import Summarizer
 from gateway.proxy.upstream import Upstream, UpstreamChatModel, UpstreamEmbeddings
+from gateway.store.loop_lag import LoopLag
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
@@ -93,11 +94,14 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
         store=RedisStore(
             create_client(
                 redis_url,
-                timeout_s=request_timeout,
+                # The socket's own limits leave room for the loop-lag allowance: the
+                # store's deadline (timeout + lag) is the one that decides.
+                timeout_s=request_timeout + LoopLag.MAX_S,
                 max_connections=settings.redis.max_connections,
             ),
             timeout_s=request_timeout,
             retention_s=retention_s,
+            lag=LoopLag(),
         ),
         job_store=RedisStore(
             create_client(

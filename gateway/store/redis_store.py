@@ -27,6 +27,7 @@ from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
 from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
+from gateway.store.loop_lag import LoopLag
 
 T = TypeVar("T")
 
@@ -426,9 +427,17 @@ def _notice(entry_id: bytes, fields: dict[bytes, bytes]) -> JobNotice:
 class RedisStore:
     """Session memory in Redis, every call bounded by a deadline."""
 
-    def __init__(self, client: redis.Redis, *, timeout_s: float, retention_s: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        timeout_s: float,
+        retention_s: int,
+        lag: LoopLag | None = None,  # extends each deadline by the event loop's lateness
+    ) -> None:
         self.client = client
         self.timeout_s = timeout_s
+        self.lag = lag
         self.retention_s = retention_s
         self._record = client.register_script(RECORD_SCRIPT)
         self._write_tiers = client.register_script(WRITE_TIERS_SCRIPT)
@@ -445,8 +454,9 @@ class RedisStore:
         op: Callable[..., Any] | None = None,  # names the operation in metrics (else call)
     ) -> T:
         started = time.perf_counter()
+        deadline = (timeout_s or self.timeout_s) + (self.lag.seconds if self.lag else 0.0)
         try:
-            async with asyncio.timeout(timeout_s or self.timeout_s):
+            async with asyncio.timeout(deadline):
                 return await call()
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
