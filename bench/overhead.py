@@ -605,13 +605,35 @@ def wait_for_jobs(http: httpx.Client, session: str, timeout_s: float = 60) -> No
 # --- the run ------------------------------------------------------------------------------
 
 
-def run(plan: Plan, litellm: str | None, work: Path, appendonly: bool) -> Report:
+@contextlib.contextmanager
+def background(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process with no HTTP to wait for (``memory-gateway worker``)."""
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+        )
+    try:
+        yield child
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        child.wait(10)
+
+
+def run(
+    plan: Plan, litellm: str | None, work: Path, appendonly: bool, separate_worker: bool = True
+) -> Report:
     key = "sk-bench-" + secrets.token_urlsafe(16)
     settings: dict[str, Any] = {
         "plan": asdict(plan),
         "redis": f"private redis-server, appendonly {'yes' if appendonly else 'no'}, no RDB",
-        "gateway": "memory-gateway serve: one uvicorn worker (h11), in-process worker on, "
-        "log_level warning, defaults otherwise (preset, pools, timeouts)",
+        "gateway": "memory-gateway serve: one uvicorn worker (h11, uvloop), log_level warning, "
+        "defaults otherwise (preset, pools, timeouts); summarization: "
+        + (
+            "a separate `memory-gateway worker` process"
+            if separate_worker
+            else "the in-process worker"
+        ),
         "litellm": "not run",
         "cpus": os.cpu_count(),
     }
@@ -621,9 +643,19 @@ def run(plan: Plan, litellm: str | None, work: Path, appendonly: bool) -> Report
         upstream = f"http://127.0.0.1:{up_port}/v1"
         up_args = [PYTHON, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(up_port)]
         serve = [PYTHON, "-m", "gateway.cli", "serve"]
-        config = gateway_config(work / "gateway.yaml", upstream, redis_server.url, worker=True)
+        config = gateway_config(
+            work / "gateway.yaml", upstream, redis_server.url, worker=not separate_worker
+        )
         with contextlib.ExitStack() as outer, contextlib.ExitStack() as stack:
             outer.enter_context(process(up_args, upstream + "/models", work / "upstream.log"))
+            if separate_worker:  # summaries off the gateway's core, as in production
+                # In ``stack``: stopped before Redis commands are counted below.
+                stack.enter_context(
+                    background(
+                        [PYTHON, "-m", "gateway.cli", "worker", "--config", str(config)],
+                        work / "worker.log",
+                    )
+                )
             gateway = stack.enter_context(
                 process(
                     [*serve, "--config", str(config), "--port", str(gw_port)],
@@ -723,6 +755,11 @@ def main() -> int:
     parser.add_argument("--litellm", help="the litellm executable (its proxy is the peer)")
     parser.add_argument("--appendonly", action="store_true", help="Redis with AOF on")
     parser.add_argument("--json", help="also write the table and raw numbers here")
+    parser.add_argument(
+        "--in-process-worker",
+        action="store_true",
+        help="summarize inside the gateway process (default: a separate worker process)",
+    )
     args = parser.parse_args()
     if args.litellm and not shutil.which(args.litellm):
         parser.error(f"--litellm {args.litellm}: not an executable")
@@ -730,7 +767,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mg-overhead-"))
     started = time.monotonic()
     try:
-        report = run(plan, args.litellm, work, args.appendonly)
+        report = run(
+            plan, args.litellm, work, args.appendonly, separate_worker=not args.in_process_worker
+        )
     except RuntimeError:
         print(f"logs kept in {work}", file=sys.stderr)
         raise

@@ -103,9 +103,6 @@ def create_app(
                 log.warning("redis not reachable at start-up: %s", error)
             # An external Redis may evict or forget memory (the embedded one is ours:
             # AOF, noeviction). In the background: start-up never waits on Redis.
-            lag_watch = None
-            if store.lag is not None:
-                lag_watch = asyncio.create_task(store.lag.watch())
             durability_check = None
             if settings.redis.url != "embedded":
                 durability_check = asyncio.create_task(warn_if_not_durable(store))
@@ -118,10 +115,9 @@ def create_app(
                 yield
             finally:
                 stop.set()
-                for task in (durability_check, lag_watch):
-                    if task is not None:
-                        task.cancel()
-                        await asyncio.gather(task, return_exceptions=True)
+                if durability_check is not None:
+                    durability_check.cancel()
+                    await asyncio.gather(durability_check, return_exceptions=True)
                 if worker_task is not None:
                     await worker_task
 

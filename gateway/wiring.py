@@ -15,7 +15,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.memory.summarizer import Summarizer
 from gateway.proxy.upstream import Upstream, UpstreamChatModel, UpstreamEmbeddings
-from gateway.store.loop_lag import LoopLag
+from gateway.store.loop_lag import MAX_EXTRA_S
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
@@ -95,13 +95,13 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
             create_client(
                 redis_url,
                 # The socket's own limits leave room for the loop-lag allowance: the
-                # store's deadline (timeout + lag) is the one that decides.
-                timeout_s=request_timeout + LoopLag.MAX_S,
+                # store's deadline (see loop_lag) is the one that decides.
+                timeout_s=request_timeout + MAX_EXTRA_S,
                 max_connections=settings.redis.max_connections,
             ),
             timeout_s=request_timeout,
             retention_s=retention_s,
-            lag=LoopLag(),
+            lag_tolerant=True,
         ),
         job_store=RedisStore(
             create_client(

@@ -27,7 +27,7 @@ from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
 from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
-from gateway.store.loop_lag import LoopLag
+from gateway.store.loop_lag import lag_tolerant_timeout
 
 T = TypeVar("T")
 
@@ -433,11 +433,11 @@ class RedisStore:
         *,
         timeout_s: float,
         retention_s: int,
-        lag: LoopLag | None = None,  # extends each deadline by the event loop's lateness
+        lag_tolerant: bool = False,  # deadlines do not count the event loop's lateness
     ) -> None:
         self.client = client
         self.timeout_s = timeout_s
-        self.lag = lag
+        self.lag_tolerant = lag_tolerant
         self.retention_s = retention_s
         self._record = client.register_script(RECORD_SCRIPT)
         self._write_tiers = client.register_script(WRITE_TIERS_SCRIPT)
@@ -454,9 +454,11 @@ class RedisStore:
         op: Callable[..., Any] | None = None,  # names the operation in metrics (else call)
     ) -> T:
         started = time.perf_counter()
-        deadline = (timeout_s or self.timeout_s) + (self.lag.seconds if self.lag else 0.0)
+        deadline = timeout_s or self.timeout_s
         try:
-            async with asyncio.timeout(deadline):
+            async with (
+                lag_tolerant_timeout(deadline) if self.lag_tolerant else asyncio.timeout(deadline)
+            ):
                 return await call()
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
