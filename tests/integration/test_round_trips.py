@@ -256,13 +256,30 @@ async def test_jobs_of_a_turn_that_lost_the_race_are_enqueued_for_where_it_lande
     assert _notices(redis_server, identity.session_id) == set(pending)
 
 
+async def _archive_and_load(
+    store: RedisStore, identity: Identity, texts: list[str], query: str
+) -> tuple[MemoryService, Any]:
+    """Import ``texts`` as alternating user/assistant messages, then load for ``query``."""
+    config = MemoryConfig()
+    service = MemoryService(store, TokenCounter(), config)
+    messages = tuple(
+        Message("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)
+    )
+    await service.import_messages(session_keys(identity), None, messages, now=1.0)
+    loaded = await store.load_turn(
+        session_keys(identity),
+        config.reconcile_tail,
+        query_terms=recall.terms(query),
+        candidates=16,
+    )
+    return service, loaded
+
+
 async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: RedisStore) -> None:
     """A load reads at most CANDIDATES_SCANNED bytes of postings, rarest terms first: the
     oldest message of the second term, which BM25 ranks first (it says it twice, and
     nothing else), is beyond them; it is read after, and recalled all the same."""
     identity = replace(IDENTITY, session_id=f"miss-{uuid.uuid4().hex[:8]}")
-    config = MemoryConfig()
-    service = MemoryService(store, TokenCounter(), config)
     # Two terms whose postings together are longer than a load scans (~9 bytes each).
     said = CANDIDATES_SCANNED // 12
     texts = ["Quokka quokka."]
@@ -271,18 +288,8 @@ async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: Re
     texts += [f"Zephyr number {i} today." for i in range(said)]
     texts += [f"Quokka sighting {i} today." for i in range(said)]
     # Past the loaded tail, where only the candidates (or a second read) reach.
-    texts += [f"Filler message {i} about nothing." for i in range(config.reconcile_tail)]
-    messages = tuple(
-        Message("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)
-    )
-    await service.import_messages(session_keys(identity), None, messages, now=1.0)
-
-    loaded = await store.load_turn(
-        session_keys(identity),
-        config.reconcile_tail,
-        query_terms=recall.terms("zephyr quokka"),
-        candidates=16,
-    )
+    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
+    service, loaded = await _archive_and_load(store, identity, texts, "zephyr quokka")
     assert 1 not in loaded.archive.raw, "the top hit is not among the candidates"
     assert len(loaded.archive.raw) == 16
     turn = await service.prepare(identity, (Message("user", "Where is the zephyr quokka?"),), "m")
@@ -315,20 +322,10 @@ async def test_a_server_that_lost_its_scripts_gets_them_again(
 async def test_a_load_brings_candidates_within_a_byte_budget(store: RedisStore) -> None:
     """However long the archived messages, a load's candidates stay under CANDIDATE_BYTES."""
     identity = replace(IDENTITY, session_id=f"bytes-{uuid.uuid4().hex[:8]}")
-    config = MemoryConfig()
-    service = MemoryService(store, TokenCounter(), config)
     huge = "The walrus manifest follows. " + "cargo " * (CANDIDATE_BYTES // 6)
-    texts = [huge, "The walrus is small.", *(f"Filler {i}." for i in range(config.reconcile_tail))]
-    messages = tuple(
-        Message("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)
-    )
-    await service.import_messages(session_keys(identity), None, messages, now=1.0)
-    loaded = await store.load_turn(
-        session_keys(identity),
-        config.reconcile_tail,
-        query_terms=recall.terms("walrus"),
-        candidates=16,
-    )
+    filler = [f"Filler {i}." for i in range(MemoryConfig().reconcile_tail)]
+    texts = [huge, "The walrus is small.", *filler]
+    _, loaded = await _archive_and_load(store, identity, texts, "walrus")
     assert sorted(loaded.archive.raw) == [2]  # the huge one is read only if it is a hit
     message = loaded.archive.message(2)
     assert message is not None and message.text == texts[1]
