@@ -58,6 +58,10 @@ class JobRunner:
         # a runner that dies holding it only delays the session's jobs this long.
         self.lease_ms = lease_ms
         self.embedder = embedder
+        # Leases this runner could not release because Redis was down. With AOF, Redis
+        # comes back still holding them: released on the next run, not left to block the
+        # session's jobs (and its flushes) for lease_ms.
+        self._unreleased: dict[SessionKeys, str] = {}
 
     async def run(self, keys: SessionKeys, job: Job) -> Outcome:
         """Run the job under the session's lease; wait while someone else holds it."""
@@ -67,6 +71,7 @@ class JobRunner:
             return "written"
         if job.kind == "embed":
             return await self._embed(keys, job)
+        await self._release_leftovers()
         holder = secrets.token_hex(8)
         deadline = time.monotonic() + self.lease_ms / 1000
         while not await self.store.take_lease(keys, holder, self.lease_ms):
@@ -78,7 +83,16 @@ class JobRunner:
         try:
             return await self._run_leased(keys, job)
         finally:
-            await self.store.release_lease(keys, holder)
+            try:
+                await self.store.release_lease(keys, holder)
+            except StoreUnavailable:
+                self._unreleased[keys] = holder
+                raise
+
+    async def _release_leftovers(self) -> None:
+        for keys, holder in list(self._unreleased.items()):
+            await self.store.release_lease(keys, holder)  # only if still ours (a script)
+            del self._unreleased[keys]
 
     async def _run_leased(self, keys: SessionKeys, job: Job) -> Outcome:
         for _ in range(_CAS_ATTEMPTS):

@@ -19,12 +19,12 @@ from gateway.memory.jobs import Job
 from gateway.memory.model import Message
 from gateway.memory.summarizer import Summarizer, SummarizerUnavailable
 from gateway.store.keys import JOB_STREAM, SessionKeys
-from gateway.store.redis_store import RedisStore
+from gateway.store.redis_store import RedisStore, StoreUnavailable, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
 from tests.integration.conftest import GatewayFactory, Memory, say, sdk
 from tests.integration.test_presets import ranges
-from tests.support.servers import RedisProcess, ServerThread
+from tests.support.servers import RedisProcess, ServerThread, running_redis
 
 pytestmark = pytest.mark.integration
 
@@ -263,3 +263,34 @@ def test_separate_worker_processes_run_the_jobs_and_reclaim_a_crashed_ones(
         assert worker.wait(15) == 0
         client.close()
         memory.http.close()
+
+
+async def test_a_lease_left_by_a_redis_crash_does_not_hold_up_the_sessions_jobs() -> None:
+    # The runner holds the session's lease when Redis is killed; its release fails, and
+    # Redis comes back from its AOF still holding the lease (120 s). The next run releases
+    # it instead of waiting it out (a flush of that session timed out before).
+    with running_redis(appendonly=True) as redis_server:
+        store = RedisStore(create_client(redis_server.url, timeout_s=0.5, max_connections=4),
+                           timeout_s=0.5, retention_s=3600)  # fmt: skip
+        keys = SessionKeys("tenant-lease", "crash")
+        messages = [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(15)]
+        await store.record(keys, messages, now=1.0, user_id=None)
+        job = Job("chunk", 1, 15, 15)
+        await store.enqueue(keys, [job])
+        model = _BlockingModel()
+        runner = JobRunner(store, Summarizer(model, TokenCounter()), PRESETS["hybrid"])
+        task = asyncio.create_task(runner.run(keys, job))
+        await asyncio.wait_for(model.started.wait(), 5)
+        await asyncio.to_thread(redis_server.stop, signal.SIGKILL)
+        model.release.set()  # the summarizer answers; writing it fails: Redis is gone
+        with pytest.raises(StoreUnavailable):
+            await task
+        await asyncio.to_thread(redis_server.start)
+        assert await store.client.exists(keys.lease) == 1  # the AOF kept it
+
+        started = time.monotonic()
+        assert await asyncio.wait_for(runner.flush(keys), 10) == 1
+        assert time.monotonic() - started < 5
+        _, tiers, pending = await store.job_state(keys)
+        assert pending == [] and [(s.start, s.end) for s in tiers.summaries] == [(1, 15)]
+        await store.close()
