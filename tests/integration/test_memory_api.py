@@ -157,10 +157,10 @@ class _BlockingModel:
         raise SummarizerUnavailable("released")
 
 
-async def test_an_in_flight_job_does_not_resurrect_an_erased_session(
-    store: RedisStore,
-) -> None:
-    keys = SessionKeys("tenant-erase", "in-flight")
+async def job_in_flight(
+    store: RedisStore, keys: SessionKeys
+) -> tuple[JobRunner, _BlockingModel, asyncio.Task[Any]]:
+    """15 messages and their chunk job, running, its summarizer call waiting for release."""
     messages = [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(15)]
     await store.record(keys, messages, now=1.0, user_id=None)
     job = Job("chunk", 1, 15, 15)
@@ -169,6 +169,14 @@ async def test_an_in_flight_job_does_not_resurrect_an_erased_session(
     runner = JobRunner(store, Summarizer(model, TokenCounter()), PRESETS["hybrid"])
     task = asyncio.create_task(runner.run(keys, job))
     await asyncio.wait_for(model.started.wait(), 5)
+    return runner, model, task
+
+
+async def test_an_in_flight_job_does_not_resurrect_an_erased_session(
+    store: RedisStore,
+) -> None:
+    keys = SessionKeys("tenant-erase", "in-flight")
+    _, model, task = await job_in_flight(store, keys)
     await store.erase_session(keys)
     model.release.set()
     assert await task == "gone"
@@ -273,14 +281,7 @@ async def test_a_lease_left_by_a_redis_crash_does_not_hold_up_the_sessions_jobs(
         store = RedisStore(create_client(redis_server.url, timeout_s=0.5, max_connections=4),
                            timeout_s=0.5, retention_s=3600)  # fmt: skip
         keys = SessionKeys("tenant-lease", "crash")
-        messages = [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(15)]
-        await store.record(keys, messages, now=1.0, user_id=None)
-        job = Job("chunk", 1, 15, 15)
-        await store.enqueue(keys, [job])
-        model = _BlockingModel()
-        runner = JobRunner(store, Summarizer(model, TokenCounter()), PRESETS["hybrid"])
-        task = asyncio.create_task(runner.run(keys, job))
-        await asyncio.wait_for(model.started.wait(), 5)
+        runner, model, task = await job_in_flight(store, keys)
         await asyncio.to_thread(redis_server.stop, signal.SIGKILL)
         model.release.set()  # the summarizer answers; writing it fails: Redis is gone
         with pytest.raises(StoreUnavailable):
