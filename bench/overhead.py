@@ -123,7 +123,7 @@ def _raise_nofile() -> None:
 @contextlib.contextmanager
 def process(
     args: list[str],
-    ready_url: str,
+    ready_url: str | None,  # None: no HTTP to wait for (``memory-gateway worker``)
     log: Path,
     env: dict[str, str] | None = None,
     wait_s: float = 60,
@@ -141,7 +141,7 @@ def process(
         )
     try:
         deadline = time.monotonic() + wait_s
-        while True:
+        while ready_url is not None:
             if child.poll() is not None:
                 raise RuntimeError(f"{args[0]} exited: see {log}")
             with contextlib.suppress(httpx.HTTPError):
@@ -605,21 +605,6 @@ def wait_for_jobs(http: httpx.Client, session: str, timeout_s: float = 60) -> No
 # --- the run ------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def background(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process with no HTTP to wait for (``memory-gateway worker``)."""
-    with log.open("wb") as out:
-        child = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
-        )
-    try:
-        yield child
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM)
-        child.wait(10)
-
-
 def run(
     plan: Plan, litellm: str | None, work: Path, appendonly: bool, separate_worker: bool = True
 ) -> Report:
@@ -651,8 +636,9 @@ def run(
             if separate_worker:  # summaries off the gateway's core, as in production
                 # In ``stack``: stopped before Redis commands are counted below.
                 stack.enter_context(
-                    background(
+                    process(
                         [PYTHON, "-m", "gateway.cli", "worker", "--config", str(config)],
+                        None,
                         work / "worker.log",
                     )
                 )
