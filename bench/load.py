@@ -15,7 +15,10 @@ that the client's CPU never shares a process (or a GIL) with what it measures:
 
 A target is ``{"name", "url" (…/v1), "headers", "session_prefix"}``: with a
 ``session_prefix`` every request carries ``X-Session-Id`` and one new user message, as
-a single-message client sends it; sessions rotate through a pool of ``sessions``.
+a single-message client sends it; sessions rotate through a pool of ``sessions``. The
+messages are the user side of ``bench/conversations.py``'s chat (small talk on four
+topics, facts planted throughout), the same for every target, so that what recall
+searches and indexes is like a real conversation.
 """
 
 from __future__ import annotations
@@ -26,11 +29,24 @@ import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-_WORDS = ("weather", "Paris", "booking", "train", "dentist", "budget", "recipe", "garden")
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.conversations import DEFAULT_DEPTHS, generate  # noqa: E402
+
+# 2 conversations of 250 turns: 500 user messages, drawn in turn by every request.
+TEXTS = tuple(
+    message["content"]
+    for number in range(2)
+    for message in generate(6, number, 500, DEFAULT_DEPTHS).messages
+    if message["role"] == "user"
+)
 
 
 class Target:
@@ -47,7 +63,7 @@ class Target:
         headers = dict(self.headers)
         if self.session_prefix is not None:
             headers["X-Session-Id"] = f"{self.session_prefix}-{n % self.sessions}"
-        text = f"message {n}: a note about the {_WORDS[n % len(_WORDS)]}, number {n * 7919 % 10007}"
+        text = TEXTS[n % len(TEXTS)]
         body = {"model": model, "messages": [{"role": "user", "content": text}], "stream": stream}
         return headers, body
 

@@ -17,6 +17,7 @@ the true document frequency, and only a common word's newest postings (see
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import struct
@@ -90,15 +91,28 @@ class Hit:
     score: float
 
 
-def _postings(raw: str) -> tuple[int, list[tuple[int, int, int]]]:
-    """A stored value: its document frequency and its (index, tf, length) entries."""
-    df, _, rest = raw.partition("|")
-    entries = []
-    for entry in rest.split(","):
-        if entry:
-            index, tf, length = entry.split(":")
-            entries.append((int(index), int(tf), int(length)))
+def _entries(raw: str) -> tuple[int, str]:
+    """A stored value: its document frequency and its entries, still as text."""
+    df, _, entries = raw.partition("|")
     return int(df), entries
+
+
+def _entry_of(entries: str, index: int) -> tuple[int, int] | None:
+    """The (tf, length) of one message in a term's entries, found without parsing them all."""
+    key = f"{index}:"
+    if entries.startswith(key):
+        at = 0
+    else:
+        at = entries.find("," + key) + 1
+        if at == 0:
+            return None
+    _, tf, length = entries[at : entries.index(",", at)].split(":")
+    return int(tf), int(length)
+
+
+# Messages still in the race looked up one by one (a substring search each) below this
+# many; from it on, one pass over the term's entries is cheaper.
+_LOOKUPS = 24
 
 
 def rank(
@@ -113,24 +127,77 @@ def rank(
     """The best BM25 matches for ``query``, best first, skipping ``exclude``d indexes.
 
     ``postings`` maps each query term to its stored postings (None: never said).
+
+    Notes:
+        Exact top-``limit`` BM25 with MaxScore pruning. A term adds less than
+        ``idf * (K1 + 1)`` to any message's score. Terms are scored rarest first; once
+        the terms left could not lift a message not yet seen to the current
+        ``limit``-th score, only the messages still in the race are scored further,
+        by looking them up rather than parsing every entry. Common words (small idf, up
+        to 4 KiB of postings each) are exactly those terms, so a query's cost follows
+        its rare words. Parsing every entry cost ~1 ms a request for ~1,000 entries.
     """
     if documents <= 0:
         return []
     average = max(total_length / documents, 1.0)
-    scores: dict[int, float] = {}
+    lists = []
     for term in set(terms(query)):
         raw = postings.get(term)
-        if not raw:
+        if raw:
+            df, entries = _entries(raw)
+            lists.append((math.log(1 + (documents - df + 0.5) / (df + 0.5)) * (K1 + 1), entries))
+    lists.sort(key=lambda item: -item[0])
+    # left[i]: more than terms i.. can add to one message's score.
+    left = [0.0] * (len(lists) + 1)
+    for i in range(len(lists) - 1, -1, -1):
+        left[i] = left[i + 1] + lists[i][0]
+    # A term said in more messages than are indexed (stale postings) has a negative idf:
+    # it could lower the leaders' scores after the others were dropped. No pruning then.
+    prune = bool(lists) and lists[-1][0] > 0
+    race = False  # only the messages in ``scores`` can still make the top
+    score = _Scorer(K1 * (1 - B), K1 * B / average)
+    scores: dict[int, float] = {}
+    for i, (weight, entries) in enumerate(lists):
+        if prune and len(scores) >= limit:
+            threshold = heapq.nlargest(limit, scores.values())[-1]
+            if left[i] < threshold:
+                race = True
+                for index in [k for k, v in scores.items() if v + left[i] < threshold]:
+                    del scores[index]
+        if race and len(scores) < _LOOKUPS:
+            for index in scores:
+                found = _entry_of(entries, index)
+                if found is not None:
+                    scores[index] += weight * score(*found)
             continue
-        df, entries = _postings(raw)
-        idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
-        for index, tf, length in entries:
-            if index in exclude:
-                continue
-            norm = tf + K1 * (1 - B + B * length / average)
-            scores[index] = scores.get(index, 0.0) + idf * tf * (K1 + 1) / norm
+        for entry in entries.split(","):
+            if entry:
+                index_text, tf_text, length_text = entry.split(":")
+                index = int(index_text)
+                if index in exclude or (race and index not in scores):
+                    continue
+                scores[index] = scores.get(index, 0.0) + weight * score(
+                    int(tf_text), int(length_text)
+                )
     best = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]
-    return [Hit(index, round(score, 4)) for index, score in best]
+    return [Hit(index, round(value, 4)) for index, value in best]
+
+
+class _Scorer:
+    """BM25's term-frequency factor, ``tf / (tf + K1 * (1 - B + B * length / average))``,
+    remembered per (tf, length): messages repeat the same few pairs."""
+
+    def __init__(self, base: float, per_term: float) -> None:
+        self.base = base
+        self.per_term = per_term
+        self.known: dict[tuple[int, int], float] = {}
+
+    def __call__(self, tf: int, length: int) -> float:
+        key = (tf, length)
+        found = self.known.get(key)
+        if found is None:
+            found = self.known[key] = tf / (tf + self.base + self.per_term * length)
+        return found
 
 
 def pack(vector: Sequence[float]) -> bytes:

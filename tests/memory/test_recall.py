@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.memory.model import Message
 from gateway.memory.recall import (
+    K1,
+    B,
     Hit,
     cosine,
     index_entries,
@@ -102,3 +108,69 @@ def test_rerank_orders_candidates_by_meaning_and_keeps_unembedded_ones() -> None
     lexical_only = rerank(hits, query, vectors, weight=0.0, limit=2)
     assert [h.index for h in lexical_only] == [5, 9]
     assert rerank([], query, vectors, weight=0.5, limit=2) == []
+
+
+def plain_bm25(
+    query: str, postings: dict[str, str | None], documents: int, total_length: int,
+    exclude: frozenset[int], limit: int,
+) -> list[tuple[int, float]]:  # fmt: skip
+    """Every entry of every term scored: what the pruned ranking must agree with."""
+    average = max(total_length / documents, 1.0)
+    scores: dict[int, float] = {}
+    for term in set(terms(query)):
+        raw = postings.get(term)
+        if not raw:
+            continue
+        df_text, _, entries = raw.partition("|")
+        df = int(df_text)
+        idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
+        for entry in filter(None, entries.split(",")):
+            index, tf, length = (int(x) for x in entry.split(":"))
+            if index not in exclude:
+                norm = tf + K1 * (1 - B + B * length / average)
+                scores[index] = scores.get(index, 0.0) + idf * tf * (K1 + 1) / norm
+    return sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]
+
+
+VOCABULARY = ["meeting", "plan", "garden", "note", "14c", "seat", "invoice", "qx-48213"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.lists(
+        st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=12).map(" ".join),
+        min_size=1,
+        max_size=60,
+    ),
+    query=st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=6).map(" ".join),
+    exclude=st.frozensets(st.integers(1, 60), max_size=10),
+    limit=st.integers(1, 6),
+    extra_documents=st.integers(0, 2000),
+)
+def test_pruned_ranking_agrees_with_scoring_every_entry(
+    messages: list[str], query: str, exclude: frozenset[int], limit: int, extra_documents: int
+) -> None:
+    # extra_documents: an archive whose other messages share none of these words (rarer
+    # words, larger idf gaps, more pruning).
+    postings, documents, length = stored(messages)
+    documents += extra_documents
+    found: dict[str, str | None] = {t: postings.get(t) for t in terms(query)}
+    every = dict(plain_bm25(query, found, documents, length, exclude, len(messages)))
+    hits = rank(query, found, documents=documents, total_length=length, exclude=exclude,
+                limit=limit)  # fmt: skip
+    # The best scores, each hit with its true score. Which of two tied messages comes
+    # first may differ: equal sums added in another order differ in the last bits.
+    best = sorted(every.values(), reverse=True)[:limit]
+    assert [h.score for h in hits] == pytest.approx(best, abs=1e-4)
+    assert [h.score for h in hits] == pytest.approx([every[h.index] for h in hits], abs=1e-4)
+
+
+def test_stale_postings_with_a_negative_idf_do_not_prune_the_real_top() -> None:
+    # df above the indexed count: the term's idf is negative and must lower scores.
+    found: dict[str, str | None] = {
+        "meeting": "1|1:1:3,2:1:3,",
+        "plan": "9|1:9:3,3:1:3,",
+    }
+    expected = plain_bm25("meeting plan", found, 5, 15, frozenset(), 1)
+    hits = rank("meeting plan", found, documents=5, total_length=15, limit=1)
+    assert [h.index for h in hits] == [index for index, _ in expected]
