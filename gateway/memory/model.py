@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import codec
+
 # Roles that are part of the conversation record and get an index; system/developer
 # messages belong to the client's prompt, not to the conversation.
 CONVERSATION_ROLES = frozenset({"user", "assistant", "tool", "function"})
@@ -70,18 +72,18 @@ class Message:
             out["name"] = self.name
         return out
 
-    def to_json(self) -> str:
+    def to_json(self) -> bytes:
         """The stored form; the index is the message's position in the log, not a field."""
         data = self.to_openai()
         data["tokens"] = self.tokens
         data["ts"] = self.ts
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        return codec.dumps(data)
 
     @classmethod
     def from_json(cls, raw: str | bytes, index: int) -> Message:
         # Built in one call, not from_openai + replace: every request parses the session's
         # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
-        data = json.loads(raw)
+        data = codec.loads(raw)
         tool_calls = data.get("tool_calls")
         return cls(
             data["role"],
@@ -263,7 +265,7 @@ class Tiers:
     def from_json(cls, raw: str | bytes | None) -> Tiers:
         if not raw:
             return cls()
-        data = json.loads(raw)
+        data = codec.loads(raw)
         rolling = data.get("rolling")
         return cls(
             version=int(data.get("version", 0)),

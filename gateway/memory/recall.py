@@ -4,8 +4,9 @@ Summaries lose exact facts (a seat number, an allergy, a date said at message 4)
 recall tier brings the original messages back, verbatim, when the new user message shares
 rare words with them. No model is needed, and the index is kept in Redis as one hash per
 session, ``term -> postings``, appended to by the same script that records a turn, so a
-request reads only the postings of its own query terms: its cost grows with how often
-those terms were said, not with the length of the archive.
+request reads only the postings of its own query terms, and of those only the newest
+``redis_store.CANDIDATES_SCANNED`` bytes, rarest terms first: its cost is bounded,
+whatever the length of the archive.
 
 Postings are compact text, ``"<index>:<tf>:<length>,"`` per message, where ``length`` is
 the message's number of indexed terms (BM25 needs it). Offsets are relative to the first
@@ -126,7 +127,8 @@ def rank(
 ) -> list[Hit]:
     """The best BM25 matches for ``query``, best first, skipping ``exclude``d indexes.
 
-    ``postings`` maps each query term to its stored postings (None: never said).
+    ``postings`` maps each query term to its postings as the load scanned them (None:
+    never said): the true document frequency and the entries within the scan budget.
 
     Notes:
         Exact top-``limit`` BM25 with MaxScore pruning. A term adds less than

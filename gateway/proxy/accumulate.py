@@ -7,9 +7,9 @@ by ``index`` (id and name once, arguments in pieces) and are merged here.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from gateway import codec
 from gateway.memory.model import Message
 
 
@@ -31,7 +31,7 @@ class StreamAccumulator:
             self.done = True
             return
         try:
-            chunk = json.loads(data)
+            chunk = codec.loads(data)
         except ValueError:
             self.malformed += 1
             return

@@ -9,7 +9,6 @@ saw ``[DONE]`` finds its turn in memory on its next request.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -18,7 +17,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import metrics
+from gateway import codec, metrics
 from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request
 from gateway.config import Settings
 from gateway.errors import (
@@ -112,9 +111,7 @@ class ChatCompletions:
         return await self._forward(request, chat, turn)
 
     async def _forward(self, request: Request, chat: ChatRequest, turn: Turn) -> Response:
-        content = json.dumps(
-            {**chat.body, "messages": turn.context.openai_messages()}, ensure_ascii=False
-        ).encode()
+        content = codec.dumps({**chat.body, "messages": turn.context.openai_messages()})
         headers = request_headers(
             request.headers.items(),
             api_key=self.settings.upstream.api_key,
@@ -189,7 +186,7 @@ class ChatCompletions:
         headers = dict(memory_headers)
         if upstream.status_code == 200 and record:
             try:
-                answer = message_from_completion(json.loads(raw))
+                answer = message_from_completion(codec.loads(raw))
             except ValueError:
                 answer = None
             if answer is not None and not await self._record(turn, answer):

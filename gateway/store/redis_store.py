@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.maint_notifications import MaintNotificationsConfig
 
-from gateway import metrics
+from gateway import codec, metrics
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
@@ -212,9 +212,11 @@ return {first, n, turns, new_user, predicted}
 # and the messages those postings point to outside the tail, so recall's hits seldom need
 # a second read. Which ones is a prefetch, not the ranking (that stays in Python, which
 # reads any hit missed here). Postings are read rarest term first (BM25's heaviest), the
-# newest CANDIDATES_SCANNED bytes in all (a request's work in Redis stays bounded however
-# long the archive); the messages they name go first when they hold more query terms,
-# then a rarer one, then densely (tf / length), then newest: ``candidates`` at most.
+# newest CANDIDATES_SCANNED bytes in all, and only those are returned: recall ranks the
+# postings scanned, so a request's work, in Redis and in the gateway, and its reply stay
+# bounded however long the archive (a term past the budget comes back as "<df>|"). The
+# messages they name go first when they hold more query terms, then a rarer one, then
+# densely (tf / length), then newest: ``candidates`` at most.
 # With tail 0 it serves recall over another session of the same user.
 CANDIDATE_BYTES = 64 * 1024
 # Scanning 4 KiB costs Redis ~0.1-0.2 ms on a 10,000-message session; 8 KiB finds a few
@@ -254,24 +256,28 @@ local found, bytes = {}, 0
 -- Every message the scanned postings name outside the tail: how many query terms it
 -- holds, the rarest of them (its rank in ``order``) and its density there.
 local cover, rarest, density, named = {}, {}, {}, {}
-local scan = cap > 0 and SCANNED or 0  -- bytes of postings read, rarest terms first
+local scan = SCANNED  -- bytes of postings read, rarest terms first
 for rank, term in ipairs(order) do
-  if scan <= 0 then break end
   local value = postings[term[2]]
-  if #value > scan then  -- the newest postings only: a request's work stays bounded
-    value = string.sub(value, -scan)
-    value = string.sub(value, (string.find(value, ',', 1, true) or #value) + 1)
+  local df, entries = string.match(value, '^(%d+)|(.*)$')
+  if #entries > scan then  -- the newest postings only: a request's work stays bounded
+    entries = string.sub(entries, #entries - scan + 1)
+    entries = string.sub(entries, (string.find(entries, ',', 1, true) or #entries) + 1)
   end
-  scan = scan - #value
-  for index, tf, len in string.gmatch(value, '(%d+):(%d+):(%d+),') do
-    index = tonumber(index)
-    if index < loaded_from then
-      if cover[index] then
-        cover[index] = cover[index] + 1
-      else
-        cover[index], rarest[index] = 1, rank
-        density[index] = tonumber(tf) / math.max(tonumber(len), 1)
-        named[#named + 1] = index
+  scan = scan - #entries
+  -- What is returned is what was scanned: recall ranks exactly these postings.
+  postings[term[2]] = df .. '|' .. entries
+  if cap > 0 then
+    for index, tf, len in string.gmatch(entries, '(%d+):(%d+):(%d+),') do
+      index = tonumber(index)
+      if index < loaded_from then
+        if cover[index] then
+          cover[index] = cover[index] + 1
+        else
+          cover[index], rarest[index] = 1, rank
+          density[index] = tonumber(tf) / math.max(tonumber(len), 1)
+          named[#named + 1] = index
+        end
       end
     end
   end
@@ -565,7 +571,7 @@ class RedisStore:
             tail=tuple(Message.from_json(item, first + i) for i, item in enumerate(raw)),
             user_id=user_id.decode() if user_id else None,
             tiers=Tiers.from_json(tiers),
-            pins=tuple(Pin.from_data(json.loads(p)) for p in pins),
+            pins=tuple(Pin.from_data(codec.loads(p)) for p in pins),
             pending_jobs=int(pending),
             ended=_field(meta, b"ended") is not None,
             turns=int(_field(meta, b"turns") or 0),
@@ -573,8 +579,8 @@ class RedisStore:
             postings=archive.postings,
             indexed_docs=archive.documents,
             indexed_length=archive.total_length,
-            profile=json.loads(profile) if profile else None,
-            history=tuple(json.loads(h) for h in history),
+            profile=codec.loads(profile) if profile else None,
+            history=tuple(codec.loads(h) for h in history),
         )
         peer_archives = {
             peer: _archive(reply, terms) for peer, reply in zip(peers, rest, strict=True)

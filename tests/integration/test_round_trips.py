@@ -276,25 +276,46 @@ async def _archive_and_load(
 
 
 async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: RedisStore) -> None:
-    """A load reads at most CANDIDATES_SCANNED bytes of postings, rarest terms first: the
-    oldest message of the second term, which BM25 ranks first (it says it twice, and
-    nothing else), is beyond them; it is read after, and recalled all the same."""
+    """The load prefetches the messages holding the most query terms; BM25 ranks first
+    the one message with the rarest term, which holds only that one. It is read after,
+    and recalled all the same."""
     identity = replace(IDENTITY, session_id=f"miss-{uuid.uuid4().hex[:8]}")
-    # Two terms whose postings together are longer than a load scans (~9 bytes each).
-    said = CANDIDATES_SCANNED // 12
-    texts = ["Quokka quokka."]
-    # Enough other messages that both terms are rare (recall's min_score).
-    texts += [f"Filler message {i} about nothing." for i in range(6 * said)]
-    texts += [f"Zephyr number {i} today." for i in range(said)]
-    texts += [f"Quokka sighting {i} today." for i in range(said)]
+    texts = ["Aardvark at noon."]
+    texts += [f"Filler message {i} about nothing." for i in range(2000)]
+    # More messages holding both other terms than a load prefetches (16 below).
+    texts += [f"Quokka and zephyr {i}." for i in range(100)]
     # Past the loaded tail, where only the candidates (or a second read) reach.
     texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
-    service, loaded = await _archive_and_load(store, identity, texts, "zephyr quokka")
+    service, loaded = await _archive_and_load(store, identity, texts, "aardvark quokka zephyr")
     assert 1 not in loaded.archive.raw, "the top hit is not among the candidates"
     assert len(loaded.archive.raw) == 16
-    turn = await service.prepare(identity, (Message("user", "Where is the zephyr quokka?"),), "m")
+    question = "Where is the aardvark, the quokka and the zephyr?"
+    turn = await service.prepare(identity, (Message("user", question),), "m")
     assert turn.context.receipt.recalled[0] == "1"
     assert texts[0] in turn.context.openai_messages()[0]["content"]
+
+
+async def test_recall_ranks_the_postings_a_load_scanned(store: RedisStore) -> None:
+    """A load scans at most CANDIDATES_SCANNED bytes of postings, rarest terms first and
+    each term's newest first, and returns only those: an old mention of a word said in
+    more messages since than the budget holds is out of recall's reach, and a request's
+    work stays bounded however long the archive."""
+    identity = replace(IDENTITY, session_id=f"scan-{uuid.uuid4().hex[:8]}")
+    said = CANDIDATES_SCANNED // 8  # more entries than the budget holds (~10 bytes each)
+    texts = ["Quokka quokka."]
+    texts += [f"Filler message {i} about nothing." for i in range(6 * said)]
+    texts += [f"Quokka sighting {i} today." for i in range(said)]
+    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
+    service, loaded = await _archive_and_load(store, identity, texts, "quokka")
+    value = loaded.state.postings["quokka"]
+    assert value is not None
+    df, _, entries = value.partition("|")
+    assert int(df) == said + 1  # the true document frequency, for the idf
+    assert 0 < len(entries) <= CANDIDATES_SCANNED
+    assert not entries.startswith("1:")  # the oldest mention was not scanned
+    turn = await service.prepare(identity, (Message("user", "Any quokka news?"),), "m")
+    assert "1" not in turn.context.receipt.recalled
+    assert turn.context.receipt.recalled  # the newer mentions are found
 
 
 async def test_a_server_that_lost_its_scripts_gets_them_again(

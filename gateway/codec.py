@@ -1,0 +1,49 @@
+"""JSON on the request path: orjson, and the standard library for what orjson refuses.
+
+Every request parses its session's stored tail (up to ``memory.reconcile_tail``
+messages), its tiers and pins, and encodes the body it forwards: with the standard
+library that was ~0.3 ms a request; orjson parses ~4x and encodes ~20x faster.
+
+Notes:
+    orjson differs from the standard library in ways a client or an upstream can reach.
+    It refuses lone surrogates (``"\\ud800"``), NaN literals and, when encoding,
+    integers beyond 64 bits: those fall back to the standard library. And it parses an
+    integer beyond 64 bits as a float, losing digits: a text holding a run of 19 digits
+    (2**63 has 19) is parsed by the standard library instead, so a stored tool call's
+    big number comes back exact. Both encode to compact UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+_LONG_NUMBER = re.compile(r"\d{19}")
+_LONG_NUMBER_BYTES = re.compile(rb"\d{19}")
+
+
+def loads(raw: str | bytes | bytearray) -> Any:
+    """Like ``json.loads`` (the same values, the same ``ValueError`` for bad JSON)."""
+    if isinstance(raw, str):
+        plain = _LONG_NUMBER.search(raw) is None
+    else:
+        plain = _LONG_NUMBER_BYTES.search(raw) is None
+    if plain:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON (non-ASCII characters as they are, not escaped)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError: a 65-bit integer, a lone surrogate
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(
+            "utf-8", "surrogatepass"
+        )
