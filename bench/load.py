@@ -10,7 +10,8 @@ that the client's CPU never shares a process (or a GIL) with what it measures:
 
 ``{"kind": "closed", "target": {...}, "concurrency": 32, "duration_s": 5, "stream": false}``
     A closed loop: ``concurrency`` clients each send their next request as soon as the
-    last one ended, for ``duration_s``; requests in flight then are waited for. Reports
+    last one ended, for ``duration_s`` (or ``max_requests`` in all, if it comes first);
+    requests in flight then are waited for. Reports
     completed requests per second, total times, errors, timeouts, X-Memory-Status.
 
 A target is ``{"name", "url" (…/v1), "headers", "session_prefix"}``: with a
@@ -130,9 +131,10 @@ async def closed(job: dict[str, Any]) -> dict[str, Any]:
         for _ in range(int(job.get("warmup", 0))):
             await _timed(http, target, model, stream)
         stop_at = time.perf_counter() + float(job["duration_s"])
+        budget = itertools.count(int(job.get("max_requests", 0)) or 1 << 62, -1)
 
         async def client() -> None:
-            while time.perf_counter() < stop_at:
+            while time.perf_counter() < stop_at and next(budget) > 0:
                 results.append(await _timed(http, target, model, stream))
 
         start = time.perf_counter()

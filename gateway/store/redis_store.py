@@ -26,6 +26,7 @@ from gateway import codec, metrics
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
+from gateway.store.connections import Connections
 from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
 from gateway.store.loop_lag import lag_tolerant_timeout
 
@@ -452,6 +453,7 @@ class RedisStore:
         self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
         self._load = client.register_script(LOAD_SCRIPT)
         self._scripts = [self._record, self._load]  # those called by sha in pipelines
+        self._connections = Connections(client.connection_pool)
 
     async def _bounded(
         self,
@@ -723,23 +725,28 @@ class RedisStore:
         return Recorded(int(first), int(count), int(turns), bool(new_user), bool(landed), idle)
 
     async def _scripted_pipeline(self, build: Callable[[Any], None]) -> list[Any]:
-        """A pipeline that calls scripts by their sha (a pipeline of ``Script`` objects
-        would ask the server whether they exist first: another round trip every time).
+        """The request path's round trip: commands that call scripts by their sha (a
+        pipeline of ``Script`` objects would ask the server whether they exist first:
+        another round trip every time), sent on a plain connection (see
+        ``connections``); replies are as Redis sent them.
 
         A server that lost its script cache (a restart) ran nothing of a failed script:
         the scripts are loaded and the whole pipeline sent again. The other commands of
         a pipeline built here must therefore be safe to repeat.
         """
+        # redis-py builds the commands (its pipeline's command stack); they are sent
+        # below, not by the pipeline.
+        pipe = self.client.pipeline(transaction=False)
+        build(pipe)
+        commands = [args for args, _ in pipe.command_stack]
 
         async def run() -> list[Any]:
-            async with self.client.pipeline(transaction=False) as pipe:
-                build(pipe)
-                return await pipe.execute(raise_on_error=False)
+            return await self._connections.execute(commands)
 
-        replies = await self._bounded(run)
+        replies = await self._bounded(run, op=build)
         if any(isinstance(reply, NoScriptError) for reply in replies):
             await self._load_scripts()
-            replies = await self._bounded(run)
+            replies = await self._bounded(run, op=build)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
@@ -923,3 +930,4 @@ class RedisStore:
         await self.client.aclose()
         # A pool passed in explicitly is not closed by the client: close its sockets too.
         await self.client.connection_pool.disconnect()
+        await self._connections.aclose()

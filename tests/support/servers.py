@@ -28,7 +28,9 @@ def free_port() -> int:
 class ServerThread:
     """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread with its own loop."""
 
-    def __init__(self, app: Any, *, on_stop: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, app: Any, *, on_stop: Callable[[], Any] | None = None, **options: Any
+    ) -> None:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # Accepted connections inherit it. uvicorn sets it itself only on sockets it
@@ -39,7 +41,9 @@ class ServerThread:
         self.port = int(self.sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=2)
+            uvicorn.Config(
+                app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=2, **options
+            )
         )
         self.on_stop = on_stop
         self.loop: asyncio.AbstractEventLoop | None = None
