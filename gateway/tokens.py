@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from functools import lru_cache
@@ -76,6 +77,25 @@ def _count(text: str, model: str) -> int:
     return len(encoding_for_model(model).encode(text, disallowed_special=()))
 
 
+# Where the lines of a text are counted apart: after a line break followed by a character
+# that is neither whitespace nor "/". Notes: tiktoken splits a text into pieces by a
+# regular expression before BPE merges within each piece, and no piece of cl100k's or
+# o200k's crosses such a point: a piece holding a line break ends with the run of
+# whitespace and line breaks it is in, and only o200k's punctuation piece may run on past
+# line breaks, into "/". Python's \s holds every character tiktoken's does (and a few
+# more: no split there, which is always exact). So the tokens of a text are the sum of its
+# lines' tokens, exactly (tests/test_tokens.py checks it on random texts). The memory
+# block is new at every request (its recalled excerpts change) but its lines are not: each
+# is counted once (the cache), not the whole block every time.
+_LINES = re.compile(r"(?<=[\r\n])(?=[^\s/])")
+
+
+def _count_piece(text: str, model: str) -> int:
+    if len(text) > _CACHED_TEXT_CHARS:
+        return _count.__wrapped__(text, model)
+    return _count(text, model)
+
+
 class TokenCounter:
     """Counts tokens the way the chat-completions API bills a prompt."""
 
@@ -86,9 +106,9 @@ class TokenCounter:
         if not text:
             return 0
         model = model or self.default_model
-        if len(text) > _CACHED_TEXT_CHARS:
-            return _count.__wrapped__(text, model)
-        return _count(text, model)
+        if "\n" in text or "\r" in text:
+            return sum(_count_piece(line, model) for line in _LINES.split(text))
+        return _count_piece(text, model)
 
     def count_message(self, message: Message, model: str | None = None) -> int:
         return TOKENS_PER_MESSAGE + self.count_payload(message.to_openai(), model)

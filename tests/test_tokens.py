@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import tiktoken.registry
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import tokens
 from gateway.memory.model import Message
@@ -141,3 +143,29 @@ def test_count_prompt_uses_stored_tokens() -> None:
 def test_default_model_is_used_when_none_given() -> None:
     counter = TokenCounter(default_model="some-local-model")
     assert counter.count_text("Hello, world!") == counter.count_text("Hello, world!", "gpt-4o")
+
+
+# Characters that meet at line joints in tiktoken's pieces: letters, digits, punctuation
+# (which may absorb the line breaks after it), spaces, "/", other scripts and line breaks.
+JOINT_ALPHABET = "ab Z9 .,;:!?'\"-_/()[]\t\r\n\n\u00e9\u4e2d\U0001f600\u2028\x0b"
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.text(alphabet=JOINT_ALPHABET, max_size=40), max_size=12).map("\n".join))
+def test_a_text_counted_line_by_line_has_its_exact_count(text: str) -> None:
+    counter = TokenCounter()
+    exact = len(encoding_for_model("gpt-4o").encode(text, disallowed_special=()))
+    assert counter.count_text(text, "gpt-4o") == exact
+
+
+def test_a_memory_block_counted_line_by_line_has_its_exact_count() -> None:
+    block = (
+        "Memory of this conversation (excerpts may be out of date):\n\n"
+        "Summaries of earlier messages:\n"
+        "- Messages 1-15: The user planned a trip to Lisbon.\n"
+        "  Message 7 (User): my seat is 14C.\n\n"
+        "Pinned:\n- Allergic to penicillin.\n/etc/hosts was mentioned.\r\n\r\nEnd."
+    )
+    counter = TokenCounter()
+    exact = len(encoding_for_model("gpt-4o").encode(block, disallowed_special=()))
+    assert counter.count_text(block, "gpt-4o") == exact

@@ -388,6 +388,9 @@ def create_client(url: str, *, timeout_s: float, max_connections: int) -> redis.
         retry=Retry(NoBackoff(), 0),
         health_check_interval=0,
         maint_notifications_config=MaintNotificationsConfig(enabled=False),
+        # No CLIENT SETINFO on connect: a new connection is a TCP connect, not a
+        # connect and a round trip. Bursts open many at once, each within the deadline.
+        driver_info=None,
     )
     return redis.Redis(connection_pool=pool)
 
