@@ -612,8 +612,8 @@ def run(
     settings: dict[str, Any] = {
         "plan": asdict(plan),
         "redis": f"private redis-server, appendonly {'yes' if appendonly else 'no'}, no RDB",
-        "gateway": "memory-gateway serve: one uvicorn worker (h11, uvloop), log_level warning, "
-        "defaults otherwise (preset, pools, timeouts); summarization: "
+        "gateway": "memory-gateway serve: one uvicorn worker (httptools, uvloop), "
+        "log_level warning, defaults otherwise (preset, pools, timeouts); summarization: "
         + (
             "a separate `memory-gateway worker` process"
             if separate_worker

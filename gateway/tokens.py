@@ -102,6 +102,10 @@ class TokenCounter:
     def __init__(self, default_model: str = "gpt-4o") -> None:
         self.default_model = default_model
 
+    def warm(self) -> None:
+        """Load the default model's encoding now (start-up), not at the first request."""
+        encoding_for_model(self.default_model)
+
     def count_text(self, text: str, model: str | None = None) -> int:
         if not text:
             return 0

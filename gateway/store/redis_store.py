@@ -26,7 +26,7 @@ from gateway import codec, metrics
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
-from gateway.store.connections import Connections
+from gateway.store.connections import LINKS, Connections
 from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
 from gateway.store.loop_lag import lag_tolerant_timeout
 
@@ -476,7 +476,9 @@ class RedisStore:
         finally:
             metrics.redis_call(op or call, started)
 
-    async def _pipeline(self, build: Callable[[Any], None]) -> list[Any]:
+    async def _pipeline(
+        self, build: Callable[[Any], None], timeout_s: float | None = None
+    ) -> list[Any]:
         """One round trip of several commands (not a transaction)."""
 
         async def run() -> list[Any]:
@@ -484,7 +486,7 @@ class RedisStore:
                 build(pipe)
                 return await pipe.execute()
 
-        return await self._bounded(run, op=build)
+        return await self._bounded(run, timeout_s, op=build)
 
     async def ping(self, timeout_s: float | None = None) -> None:
         await self._bounded(self.client.ping, timeout_s)
@@ -755,14 +757,24 @@ class RedisStore:
                 raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
         return replies
 
-    async def _load_scripts(self) -> None:
+    async def warm(self, timeout_s: float | None = None) -> None:
+        """Start-up: the request path's scripts loaded and its connections open, so that
+        a burst of first requests pays for neither inside its deadline."""
+        await self._load_scripts(timeout_s)
+        commands = [("PING",)]
+        await self._bounded(
+            lambda: asyncio.gather(*(self._connections.execute(commands) for _ in range(LINKS))),
+            timeout_s,
+        )
+
+    async def _load_scripts(self, timeout_s: float | None = None) -> None:
         """Into an emptied script cache (a restart, SCRIPT FLUSH), in one round trip."""
 
         def build(pipe: Any) -> None:
             for script in self._scripts:
                 pipe.script_load(script.script)
 
-        await self._pipeline(build)
+        await self._pipeline(build, timeout_s)
 
     async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """Remember the session's pending jobs and notify the workers (one round trip)."""
