@@ -46,22 +46,37 @@ async def _disconnected(receive: Receive) -> None:
 
 
 async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
-    """Run ``work`` (which must not need the request body) but cancel it if the client leaves.
+    """Await ``work`` (which must not need the request body), but give it up and raise
+    ``ClientGone`` if the client leaves first.
 
     Waiting for an upstream's first byte can take a minute; a client that gave up must not
     keep an upstream generation (and its bill) running.
+
+    Notes:
+        ``work`` runs in the request's own task and one watcher task waits for the
+        disconnect, then cancels the request's task: one task a request, not two (with
+        ``asyncio.wait`` over both). The cancellation it caused is told from any other (a
+        server shutting down) by the flag it sets and the task's cancel count.
     """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request.receive))
+    task = asyncio.current_task()
+    assert task is not None
+    left = False
+
+    async def watch() -> None:
+        nonlocal left
+        await _disconnected(request.receive)
+        left = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except asyncio.CancelledError:
+        if left and task.uncancel() == 0:
+            raise ClientGone from None
+        raise
     finally:
         watcher.cancel()
-    if not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise ClientGone
-    return task.result()
 
 
 async def relay_stream(
