@@ -45,7 +45,7 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+async def unless_client_leaves(request: Request | Receive, work: Awaitable[T]) -> T:
     """Await ``work`` (which must not need the request body), but give it up and raise
     ``ClientGone`` if the client leaves first.
 
@@ -60,11 +60,12 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
     """
     task = asyncio.current_task()
     assert task is not None
+    receive = request.receive if isinstance(request, Request) else request
     left = False
 
     async def watch() -> None:
         nonlocal left
-        await _disconnected(request.receive)
+        await _disconnected(receive)
         left = True
         task.cancel()
 
@@ -107,7 +108,7 @@ def raw_headers(
 class _UpstreamStreamingResponse(StreamingResponse):
     """Streams an upstream body; however the response ends, the upstream is closed.
 
-    When the client disconnects, Starlette cancels the body's task — possibly before the
+    When the client disconnects, the body's streaming is cancelled: possibly before the
     body generator has started (its ``finally`` then never runs), or while the generator
     waits at a ``yield`` (it would be closed only when garbage-collected). Either way the
     upstream would go on generating for nobody; this closes it at once.
@@ -119,8 +120,12 @@ class _UpstreamStreamingResponse(StreamingResponse):
         self._body = body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Starlette watches for the disconnect in an anyio task group (uvicorn declares
+        # ASGI 2.3); one plain watcher task does the same for less.
         try:
-            await super().__call__(scope, receive, send)
+            await unless_client_leaves(receive, self.stream_response(send))
+        except ClientGone:
+            pass
         finally:
             with anyio.CancelScope(shield=True):
                 await self._body.aclose()
