@@ -139,9 +139,9 @@ class ChatCompletions:
         try:
             if not chat.stream:
                 return await unless_client_leaves(
-                    request, self._complete(opening, turn, memory_headers, record, timer)
+                    request.receive, self._complete(opening, turn, memory_headers, record, timer)
                 )
-            upstream = await unless_client_leaves(request, opening)
+            upstream = await unless_client_leaves(request.receive, opening)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
         timer.upstream_answered()

@@ -47,7 +47,7 @@ class Passthrough:
             upstream = await opening
         else:
             try:
-                upstream = await unless_client_leaves(request, opening)
+                upstream = await unless_client_leaves(request.receive, opening)
             except ClientGone:
                 return Response(status_code=CLIENT_CLOSED)
         timer.upstream_answered()

@@ -45,7 +45,7 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def unless_client_leaves(request: Request | Receive, work: Awaitable[T]) -> T:
+async def unless_client_leaves(receive: Receive, work: Awaitable[T]) -> T:
     """Await ``work`` (which must not need the request body), but give it up and raise
     ``ClientGone`` if the client leaves first.
 
@@ -60,7 +60,6 @@ async def unless_client_leaves(request: Request | Receive, work: Awaitable[T]) -
     """
     task = asyncio.current_task()
     assert task is not None
-    receive = request.receive if isinstance(request, Request) else request
     left = False
 
     async def watch() -> None:

@@ -732,8 +732,8 @@ class RedisStore:
     async def _scripted_pipeline(self, build: Callable[[Any], None]) -> list[Any]:
         """The request path's round trip: commands that call scripts by their sha (a
         pipeline of ``Script`` objects would ask the server whether they exist first:
-        another round trip every time), sent on a plain connection (see
-        ``connections``); replies are as Redis sent them.
+        another round trip every time), sent on the request path's shared, pipelined
+        connections (see ``connections``); replies are as Redis sent them.
 
         A server that lost its script cache (a restart) ran nothing of a failed script:
         the scripts are loaded and the whole pipeline sent again. The other commands of
