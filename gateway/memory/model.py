@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,20 +82,9 @@ class Message:
 
     @classmethod
     def from_json(cls, raw: str | bytes, index: int) -> Message:
-        # Built in one call, not from_openai + replace: every request parses the session's
-        # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
-        data = codec.loads(raw)
-        tool_calls = data.get("tool_calls")
-        return cls(
-            data["role"],
-            data.get("content"),
-            tuple(tool_calls) if tool_calls else None,
-            data.get("tool_call_id"),
-            data.get("name"),
-            index,
-            int(data.get("tokens", 0)),
-            data.get("ts", 0.0),
-        )
+        if len(raw) > _REMEMBERED_BYTES:
+            return _parse(raw, index)
+        return _parse_remembered(raw, index)
 
     @property
     def text(self) -> str:
@@ -108,6 +98,32 @@ class Message:
             return False
         return _tool_call_ids(self) == _tool_call_ids(other)
 
+
+
+def _parse(raw: str | bytes, index: int) -> Message:
+    # Built in one call, not from_openai + replace: every request parses the session's
+    # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
+    data = codec.loads(raw)
+    tool_calls = data.get("tool_calls")
+    return Message(
+        data["role"],
+        data.get("content"),
+        tuple(tool_calls) if tool_calls else None,
+        data.get("tool_call_id"),
+        data.get("name"),
+        index,
+        int(data.get("tokens", 0)),
+        data.get("ts", 0.0),
+    )
+
+
+# Consecutive turns of a session read the same stored tail again, less one or two
+# messages. A stored message never changes, so its parse is remembered by its bytes and
+# place: a content-addressed cache, which cannot be stale whoever wrote since (another
+# replica, an erasure: erased bytes are simply never read again). Nothing mutates a
+# Message's content. Bounded in entries and in the size of what it keeps.
+_REMEMBERED_BYTES = 4096
+_parse_remembered = functools.lru_cache(maxsize=8192)(_parse)
 
 def _tool_call_ids(message: Message) -> tuple[str, ...]:
     return tuple(str(call.get("id", "")) for call in message.tool_calls or ())

@@ -55,3 +55,20 @@ class StreamWatch:
 
     def message(self) -> Message:
         return self._answer.message()
+
+
+
+def split_at_done(chunk: bytes) -> tuple[bytes, bytes]:
+    """The bytes before the ``[DONE]`` event's line, and the rest from it on.
+
+    When ``[DONE]`` straddles two chunks its line does not start in this one: the whole
+    chunk is then the rest (held back with ``[DONE]``), which is only later, never wrong.
+    (``bytes.find`` rather than a regular expression: this runs on every streamed answer.)
+    """
+    at = chunk.find(b"[DONE]")
+    while at != -1:
+        line = max(chunk.rfind(b"\n", 0, at), chunk.rfind(b"\r", 0, at)) + 1
+        if chunk[line:at] in (b"data: ", b"data:"):
+            return chunk[:line], chunk[line:]
+        at = chunk.find(b"[DONE]", at + 6)
+    return b"", chunk

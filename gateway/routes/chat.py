@@ -34,7 +34,7 @@ from gateway.memory.service import MemoryService, Turn
 from gateway.proxy.accumulate import message_from_completion
 from gateway.proxy.headers import media_type, request_headers
 from gateway.proxy.upstream import Upstream, UpstreamResponse, UpstreamStreamBroken
-from gateway.proxy.watch import StreamWatch
+from gateway.proxy.watch import StreamWatch, split_at_done
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.relay import (
     CLIENT_CLOSED,
@@ -211,7 +211,14 @@ class ChatCompletions:
                 watch.feed(chunk)
                 if watch.done and not recorded:
                     recorded = True
+                    # The answer's events go out at once; only [DONE] waits for the
+                    # record (an upstream often sends the last events and [DONE] in one
+                    # chunk, and a fast one sends the whole answer so).
+                    before, done = split_at_done(chunk)
+                    if before:
+                        yield before
                     await self._record_watched(turn, watch)
+                    chunk = done
                 yield chunk
             watch.close()
             if not watch.ended:

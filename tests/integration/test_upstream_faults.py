@@ -431,6 +431,37 @@ def test_leaving_while_the_turn_is_being_recorded_leaves_it_whole(
             assert result.log_at_done == result.whole
 
 
+
+def test_an_answer_sent_with_its_done_waits_only_for_done_not_for_the_record(
+    make_gateway: GatewayFactory, redis_server: RedisProcess, api_key: str
+) -> None:
+    """``late-one-chunk`` sends the whole answer and ``[DONE]`` in one write, 0.3 s after
+    its headers; Redis writes are paused for 1 s from the gateway's headers on, so the
+    recording cannot end before then. The answer's events reach the client at once; only
+    ``[DONE]`` waits for the recording, and the turn is there when ``[DONE]`` arrives."""
+    gateway = make_gateway(redis={"timeout_ms": 5000})
+    session = f"sess-one-chunk-{time.monotonic_ns()}"
+    body = {"model": "late-one-chunk", "stream": True,
+            "messages": [{"role": "user", "content": "all at once"}]}  # fmt: skip
+    client = RawChat(gateway.url, body, {"Authorization": f"Bearer {api_key}",
+                                         "X-Session-Id": session})  # fmt: skip
+    assert client.read_until(RawChat.has_head)
+    admin = redis_server.client()
+    admin.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+    admin.close()
+    paused_at = time.monotonic()
+    assert client.read_until(lambda c: '"finish_reason": "stop"' in c.body.decode(), timeout=0.8)
+    answered_after = time.monotonic() - paused_at
+    assert "[DONE]" not in client.events()
+    assert client.read_until(lambda c: "[DONE]" in c.events())
+    done_after = time.monotonic() - paused_at
+    assert turns(redis_server, api_key, session) == [
+        ("user", "all at once"),
+        ("assistant", "ack: all at once"),
+    ]
+    assert answered_after < 0.8 <= done_after, (answered_after, done_after)
+    client.leave()
+
 def test_repeated_disconnects_cancel_the_upstream_fast_and_orphan_nothing(
     gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str
 ) -> None:

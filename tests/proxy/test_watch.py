@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.proxy.sse import SSEDecoder, SSEEvent
-from gateway.proxy.watch import StreamWatch
+from gateway.proxy.watch import StreamWatch, split_at_done
 
 
 def chunk(content: str | None = None, finish: str | None = None) -> bytes:
@@ -99,3 +99,26 @@ def test_invalid_utf8_is_noted_and_replaced_and_decoding_goes_on() -> None:
     events += decoder.feed(euro[1:] + b"\n\n")
     assert events == [SSEEvent("a\ufffdb €")]
     assert decoder.damaged
+
+
+@pytest.mark.parametrize(
+    ("chunk_", "before", "rest"),
+    [
+        (HEAD + END, HEAD + chunk(finish="stop"), b"data: [DONE]\n\n"),
+        (b"data: [DONE]\n\n", b"", b"data: [DONE]\n\n"),
+        (b"data:[DONE]\r\n\r\n", b"", b"data:[DONE]\r\n\r\n"),
+        (HEAD.replace(b"\n", b"\r\n") + b"data: [DONE]\r\n\r\n", HEAD.replace(b"\n", b"\r\n"),
+         b"data: [DONE]\r\n\r\n"),  # fmt: skip
+        # [DONE] straddles chunks: its line does not start here, so all of it waits.
+        (HEAD + b"data: [DO", b"", HEAD + b"data: [DO"),
+        (b"NE]\n\n", b"", b"NE]\n\n"),
+        # "[DONE]" inside an event's JSON is content, not the end.
+        (chunk("data: [DONE]") + END, chunk("data: [DONE]") + chunk(finish="stop"),
+         b"data: [DONE]\n\n"),  # fmt: skip
+    ],
+)
+def test_split_at_done_holds_back_only_the_done_line(
+    chunk_: bytes, before: bytes, rest: bytes
+) -> None:
+    assert split_at_done(chunk_) == (before, rest)
+

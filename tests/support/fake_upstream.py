@@ -279,9 +279,12 @@ class FakeUpstream:
                 )
             )
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        stream = self._stream(call, completion_id, answer, tool_calls, include_usage)
+        if model == "late-one-chunk":  # 0.3 s, then the whole answer and [DONE] in one write
+            stream = _late_in_one_write(stream)
         return self._cookie(
             StreamingResponse(
-                self._stream(call, completion_id, answer, tool_calls, include_usage),
+                stream,
                 media_type="text/event-stream",
             )
         )
@@ -345,6 +348,11 @@ class FakeUpstream:
             yield b"data: [DONE]\n\n"
         call.finished = True
         self.completed_streams += 1
+
+
+async def _late_in_one_write(parts: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    await asyncio.sleep(0.3)
+    yield b"".join([part async for part in parts])
 
 
 _ASK = re.compile(r"what is my ([a-z ]+?)\?", re.I)
