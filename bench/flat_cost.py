@@ -56,9 +56,10 @@ if str(ROOT) not in sys.path:
 
 from bench.conversations import DEFAULT_DEPTHS, Fact, generate, mentions  # noqa: E402
 from bench.recall import _DIE_WITH_PARENT, _stop, _wait_healthy, free_port  # noqa: E402
+from gateway.config import WorkerConfig  # noqa: E402
 from gateway.identity import tenant_id  # noqa: E402
 from gateway.memory.model import Message  # noqa: E402
-from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys  # noqa: E402
+from gateway.store.keys import JOB_GROUP, TENANT_SECRET_KEY, SessionKeys, job_stream  # noqa: E402
 from gateway.tokens import TokenCounter  # noqa: E402
 from tests.support.servers import RedisProcess  # noqa: E402
 
@@ -486,22 +487,28 @@ class QueueSample:
 
 
 def sample_queue(client: redis.Redis) -> QueueSample:
+    """The job stream's depth, oldest unfinished job and acknowledged notices, over its
+    shards."""
     now = time.time()
-    groups = client.xinfo_groups(JOB_STREAM) if client.exists(JOB_STREAM) else []
-    group = next((g for g in groups if g["name"].decode() == JOB_GROUP), None)
-    if group is None:
-        return QueueSample(now, 0, 0.0, 0)
-    pending = int(group["pending"])
-    last = group["last-delivered-id"].decode()
-    waiting = client.xrange(JOB_STREAM, min=f"({last}", count=10_000)
-    oldest_ids = [entry_id for entry_id, _ in waiting[:1]]
-    if pending:
-        oldest_pending = client.xpending(JOB_STREAM, JOB_GROUP)["min"]
-        if oldest_pending is not None:  # acknowledged since XINFO
-            oldest_ids.append(oldest_pending)
-    ages = [now - int(i.decode().split("-")[0]) / 1000 for i in oldest_ids]
-    read = int(group.get("entries-read") or 0)
-    return QueueSample(now, len(waiting) + pending, max(ages, default=0.0), read - pending)
+    depth, acked, ages = 0, 0, []
+    for shard in range(WorkerConfig().job_shards):
+        stream = job_stream(shard)
+        groups = client.xinfo_groups(stream) if client.exists(stream) else []
+        group = next((g for g in groups if g["name"].decode() == JOB_GROUP), None)
+        if group is None:
+            continue
+        pending = int(group["pending"])
+        last = group["last-delivered-id"].decode()
+        waiting = client.xrange(stream, min=f"({last}", count=10_000)
+        oldest_ids = [entry_id for entry_id, _ in waiting[:1]]
+        if pending:
+            oldest_pending = client.xpending(stream, JOB_GROUP)["min"]
+            if oldest_pending is not None:  # acknowledged since XINFO
+                oldest_ids.append(oldest_pending)
+        ages += [now - int(i.decode().split("-")[0]) / 1000 for i in oldest_ids]
+        depth += len(waiting) + pending
+        acked += int(group.get("entries-read") or 0) - pending
+    return QueueSample(now, depth, max(ages, default=0.0), acked)
 
 
 class QueueWatch:

@@ -65,16 +65,30 @@ class UpstreamConfig(_Section):
 
 class RedisConfig(_Section):
     url: str = "embedded"
+    # url names one node (any) of a Redis Cluster; "redis+cluster://…" says the same.
+    cluster: bool = False
     data_dir: str = "./.memory-gateway"
     timeout_ms: int = Field(default=100, gt=0)
     on_failure: Literal["open", "closed"] = "open"
     retention_days: float = Field(default=30, gt=0)
     max_connections: int = Field(default=64, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_scheme(cls, data: Any) -> Any:
+        url = data.get("url") if isinstance(data, dict) else None
+        if isinstance(url, str) and re.match(r"^rediss?\+cluster://", url):
+            return {**data, "url": url.replace("+cluster", "", 1), "cluster": True}
+        return data
+
     @model_validator(mode="after")
     def _check_url(self) -> RedisConfig:
         if self.url != "embedded" and not re.match(r"^(rediss?|unix)://", self.url):
-            raise ValueError("url must be 'embedded', redis://, rediss:// or unix://")
+            raise ValueError(
+                "url must be 'embedded', redis://, rediss://, unix:// or redis+cluster://"
+            )
+        if self.cluster and not re.match(r"^rediss?://", self.url):
+            raise ValueError("a Redis Cluster is reached by redis:// or rediss://, one node's")
         return self
 
 
@@ -307,6 +321,9 @@ class WorkerConfig(_Section):
     block_ms: int = Field(default=1000, gt=0)
     reclaim_idle_s: float = Field(default=60, gt=0)  # a crashed consumer's jobs are taken over
     redis_timeout_s: float = Field(default=5.0, gt=0)  # the worker is off the request path
+    # Job notices are spread over this many streams (one per hash slot: on a cluster, over
+    # the masters); change it only with no job pending: notices in the other shards wait.
+    job_shards: int = Field(default=4, gt=0, le=1024)
 
 
 class Settings(_Section):

@@ -98,19 +98,24 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
                 # store's deadline (see loop_lag) is the one that decides.
                 timeout_s=request_timeout + MAX_EXTRA_S,
                 max_connections=settings.redis.max_connections,
+                cluster=settings.redis.cluster,
             ),
             timeout_s=request_timeout,
             retention_s=retention_s,
             lag_tolerant=True,
+            job_shards=settings.worker.job_shards,
         ),
         job_store=RedisStore(
             create_client(
                 redis_url,
                 timeout_s=job_timeout + settings.worker.block_ms / 1000,
-                max_connections=settings.worker.concurrency * 2 + 4,
+                # A blocking read per shard, and the jobs' own calls.
+                max_connections=settings.worker.job_shards + settings.worker.concurrency * 2 + 4,
+                cluster=settings.redis.cluster,
             ),
             timeout_s=job_timeout,
             retention_s=retention_s,
+            job_shards=settings.worker.job_shards,
         ),
         chat_model=chat_model,
         summarizer=Summarizer(chat_model, tokenizer),

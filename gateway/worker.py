@@ -1,7 +1,8 @@
 """Background summarization: the job runner and the stream consumer that feeds it.
 
-Jobs are at-least-once: a notice in the ``mg:jobs`` stream is acknowledged only after its
-job ran, and a consumer that dies leaves its notices pending until another reclaims them.
+Jobs are at-least-once: a notice in a shard of the job stream (``mg:jobs:{n}``) is
+acknowledged only after its job ran, and a consumer that dies leaves its notices pending
+until another reclaims them.
 Running a job twice is harmless: ``run_job`` returns None when the tiers already hold its
 effect, and ``write_tiers`` is a compare-and-set on the tiers' version, so a late or
 duplicate job can never overwrite a newer summary. The same runner serves
@@ -202,7 +203,9 @@ class JobRunner:
 
 
 class Worker:
-    """Consumes the job stream: new notices, and those a crashed consumer left behind."""
+    """Consumes the job stream's shards: new notices, and those a crashed consumer left
+    behind. One loop per shard (a blocking read each); ``concurrency`` jobs at most run
+    at once over all of them."""
 
     def __init__(
         self,
@@ -221,6 +224,7 @@ class Worker:
         self.reclaim_idle_ms = reclaim_idle_ms
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.processed = 0
+        self._slots = asyncio.Semaphore(concurrency)
 
     @classmethod
     def from_config(cls, store: RedisStore, runner: JobRunner, config: WorkerConfig) -> Worker:
@@ -233,44 +237,50 @@ class Worker:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
+        shards = range(self.store.job_shards)
+        await asyncio.gather(*(self._consume(shard, stop) for shard in shards))
+
+    async def _consume(self, shard: int, stop: asyncio.Event) -> None:
         group_ready = False
         last_reclaim = 0.0
         while not stop.is_set():
             try:
                 if not group_ready:
-                    await self.store.ensure_group()
+                    await self.store.ensure_group(shard)
                     group_ready = True
                 notices: list[JobNotice] = []
                 if time.monotonic() - last_reclaim > self.reclaim_idle_ms / 2000:
                     last_reclaim = time.monotonic()
                     notices = await self.store.reclaim_jobs(
-                        self.consumer, min_idle_ms=self.reclaim_idle_ms, count=self.concurrency
-                    )
+                        shard, self.consumer, min_idle_ms=self.reclaim_idle_ms,
+                        count=self.concurrency,
+                    )  # fmt: skip
                 if not notices:
                     notices = await self.store.read_jobs(
-                        self.consumer, count=self.concurrency, block_ms=self.block_ms
+                        shard, self.consumer, count=self.concurrency, block_ms=self.block_ms
                     )
                 await asyncio.gather(*(self._handle(n) for n in notices))
             except StoreUnavailable as error:
                 # A Redis that comes back empty (no persistence, a failover) has lost the
                 # consumer group: make it again (a no-op if it exists) before reading.
                 group_ready = False
-                log.warning("worker: redis unavailable: %s", error)
+                log.warning("worker: redis unavailable (job shard %d): %s", shard, error)
                 await _sleep_or_stop(stop, 1.0)
 
     async def _handle(self, notice: JobNotice) -> None:
-        try:
-            outcome = await self.runner.run_notice(notice)
-        except StoreUnavailable as error:
-            # Not acknowledged: the notice stays pending and is reclaimed later.
-            log.warning("job %s not run: %s", notice.job_id, error)
-            metrics.job_failed("redis_unavailable")
-            return
-        if outcome == "conflict":  # it gave up on a session other writers kept busy
-            metrics.job_failed("conflict")
-        await self.store.ack_job(notice)
-        self.processed += 1
-        log.debug("job %s: %s", notice.job_id, outcome)
+        async with self._slots:
+            try:
+                outcome = await self.runner.run_notice(notice)
+            except StoreUnavailable as error:
+                # Not acknowledged: the notice stays pending and is reclaimed later.
+                log.warning("job %s not run: %s", notice.job_id, error)
+                metrics.job_failed("redis_unavailable")
+                return
+            if outcome == "conflict":  # it gave up on a session other writers kept busy
+                metrics.job_failed("conflict")
+            await self.store.ack_job(notice)
+            self.processed += 1
+            log.debug("job %s: %s", notice.job_id, outcome)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -106,6 +106,7 @@ class CountingStore:
     def __init__(self) -> None:
         self.trips = 0
         self.client = self
+        self.job_shards = 2
 
     def pipeline(self, transaction: bool) -> CountingStore:
         return self
@@ -121,7 +122,9 @@ class CountingStore:
 
     async def execute(self, raise_on_error: bool) -> list[Any]:
         self.trips += 1
-        return [[{"name": "summarizers", "pending": 0, "lag": self.trips}], 0, [], (0, 0)]
+        shard = [[{"name": "summarizers", "pending": 0, "lag": self.trips}], 0, []]
+        other = [[{"name": "summarizers", "pending": 1, "lag": 10 * self.trips}], 0, []]
+        return [(0, 0), *shard, *other]
 
 
 async def test_the_backlog_is_read_at_most_once_per_cache_period() -> None:
@@ -135,7 +138,8 @@ async def test_the_backlog_is_read_at_most_once_per_cache_period() -> None:
     second = await reader.read()
     assert store.trips == 2
     assert first is not None and second is not None
-    assert (first.undelivered, second.undelivered) == (1, 2)
+    assert (first[0].undelivered, second[0].undelivered) == (1, 2)
+    assert (first[1].undelivered, first[1].delivered, second[1].undelivered) == (10, 1, 20)
 
 
 def _app() -> Starlette:

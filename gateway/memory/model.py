@@ -99,7 +99,6 @@ class Message:
         return _tool_call_ids(self) == _tool_call_ids(other)
 
 
-
 def _parse(raw: str | bytes, index: int) -> Message:
     # Built in one call, not from_openai + replace: every request parses the session's
     # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
@@ -124,6 +123,7 @@ def _parse(raw: str | bytes, index: int) -> Message:
 # Message's content. Bounded in entries and in the size of what it keeps.
 _REMEMBERED_BYTES = 4096
 _parse_remembered = functools.lru_cache(maxsize=8192)(_parse)
+
 
 def _tool_call_ids(message: Message) -> tuple[str, ...]:
     return tuple(str(call.get("id", "")) for call in message.tool_calls or ())

@@ -57,7 +57,6 @@ class StreamWatch:
         return self._answer.message()
 
 
-
 def split_at_done(chunk: bytes) -> tuple[bytes, bytes]:
     """The bytes before the ``[DONE]`` event's line, and the rest from it on.
 

@@ -1,8 +1,9 @@
 """``GET /metrics``: Prometheus text, plus the summary-job backlog read from Redis.
 
-The backlog is the stream's, not a process's: it is read at scrape time (one pipelined
-round trip under a short deadline) and cached briefly, so a burst of scrapes, or a
-Redis that is down, costs the gateway almost nothing.
+The backlog is the job stream's, not a process's, per shard (``worker.job_shards``): it
+is read at scrape time (one pipelined round trip under a short deadline; on a cluster,
+one to each master holding a shard, at once) and cached briefly, so a burst of scrapes,
+or a Redis that is down, costs the gateway almost nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import metrics
 from gateway.errors import error_body
-from gateway.store.keys import JOB_GROUP, JOB_STREAM
+from gateway.store.keys import JOB_GROUP, job_stream
 from gateway.store.redis_store import RedisStore
 
 DEADLINE_S = 0.5
@@ -74,33 +75,39 @@ class JobBacklogReader:
         self.store = store
         self.clock = clock
         self._lock = asyncio.Lock()
-        self._cached: JobBacklog | None = None
+        self._cached: dict[int, JobBacklog] | None = None
         self._read_at = -CACHE_S
 
-    async def read(self) -> JobBacklog | None:
-        """The backlog, or None when Redis did not answer within the deadline."""
+    async def read(self) -> dict[int, JobBacklog] | None:
+        """The backlog of each shard, or None when Redis did not answer in time."""
         async with self._lock:
             if self.clock() - self._read_at >= CACHE_S:
                 self._cached = await self._query()
                 self._read_at = self.clock()
             return self._cached
 
-    async def _query(self) -> JobBacklog | None:
+    async def _query(self) -> dict[int, JobBacklog] | None:
+        shards = range(self.store.job_shards)
         try:
             async with asyncio.timeout(DEADLINE_S):
                 async with self.store.client.pipeline(transaction=False) as pipe:
-                    pipe.xinfo_groups(JOB_STREAM)
-                    pipe.xlen(JOB_STREAM)
-                    pipe.xrange(JOB_STREAM, "-", "+", count=1)
                     pipe.time()
-                    replies = await pipe.execute(raise_on_error=False)
+                    for shard in shards:
+                        pipe.xinfo_groups(job_stream(shard))
+                        pipe.xlen(job_stream(shard))
+                        pipe.xrange(job_stream(shard), "-", "+", count=1)
+                    server_time, *replies = await pipe.execute(raise_on_error=False)
         except Exception:  # a deadline, a connection error: a scrape never fails on Redis
             return None
-        return backlog_from(*replies)
+        backlogs = {}
+        for shard in shards:
+            groups, length, oldest = replies[3 * shard : 3 * shard + 3]
+            backlogs[shard] = backlog_from(groups, length, oldest, server_time)
+        return backlogs
 
 
 class _BacklogCollector(Collector):
-    def __init__(self, backlog: JobBacklog | None) -> None:
+    def __init__(self, backlog: dict[int, JobBacklog] | None) -> None:
         self.backlog = backlog
 
     def collect(self) -> list[GaugeMetricFamily]:
@@ -112,15 +119,19 @@ class _BacklogCollector(Collector):
             return [up]
         pending = GaugeMetricFamily(
             "memory_gateway_jobs_pending",
-            "Summary-job notices not yet done: undelivered (group lag) or delivered (unacked)",
-            labels=["state"],
+            "Summary-job notices not yet done, per job-stream shard: undelivered (the "
+            "group's lag) or delivered (not acknowledged)",
+            labels=["state", "shard"],
         )
-        pending.add_metric(["undelivered"], self.backlog.undelivered)
-        pending.add_metric(["delivered"], self.backlog.delivered)
         lag = GaugeMetricFamily(
-            "memory_gateway_jobs_lag_seconds", "Age of the oldest summary-job notice not yet done"
+            "memory_gateway_jobs_lag_seconds",
+            "Age of the oldest summary-job notice not yet done, per job-stream shard",
+            labels=["shard"],
         )
-        lag.add_metric([], self.backlog.oldest_age_s)
+        for shard, backlog in sorted(self.backlog.items()):
+            pending.add_metric(["undelivered", str(shard)], backlog.undelivered)
+            pending.add_metric(["delivered", str(shard)], backlog.delivered)
+            lag.add_metric([str(shard)], backlog.oldest_age_s)
         return [up, pending, lag]
 
 

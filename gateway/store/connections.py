@@ -38,10 +38,10 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import hiredis
-import redis.asyncio as redis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
@@ -134,12 +134,22 @@ class _Link:
         return not (self.ready.done() and self.ready.exception())
 
 
+class ConnectionFactory(Protocol):
+    """How a pool (or a cluster node) makes its connections."""
+
+    @property
+    def connection_class(self) -> type[AbstractConnection]: ...
+
+    @property
+    def connection_kwargs(self) -> dict[str, Any]: ...
+
+
 class Connections:
     """``LINKS`` connections like ``pool``'s (the same class, server and settings, read when
     one is made), without a socket timeout of their own: the store's deadline bounds each
-    call. ``pool`` itself is never checked out from."""
+    call. ``pool`` itself (a pool, or a cluster's node) is never checked out from."""
 
-    def __init__(self, pool: redis.ConnectionPool, links: int = LINKS) -> None:
+    def __init__(self, pool: ConnectionFactory, links: int = LINKS) -> None:
         self._pool = pool
         self._size = links
         self._links: list[_Link] = []  # taking new calls
@@ -166,6 +176,16 @@ class Connections:
             if waiting in link.queue:  # given up with replies still to come
                 self._drain(link)
             raise
+
+    async def per_server(self, commands: Sequence[tuple[Any, ...]]) -> None:
+        """The commands once on the server (loading the scripts); error replies raise."""
+        for reply in await self.execute(commands):
+            if isinstance(reply, Exception):
+                raise reply
+
+    async def warm(self) -> None:
+        """Every link open, so that a burst of first calls does not wait for connects."""
+        await asyncio.gather(*(self.execute([("PING",)]) for _ in range(self._size)))
 
     def _drain(self, link: _Link) -> None:
         link.drain()

@@ -17,7 +17,10 @@ would otherwise break the tag; the ids themselves are kept in the meta hash.
     mg:{t.u}:sessions SET     session ids of one user
     mg:{t.u}:history  LIST    the user's last ended sessions: final summary and facts
     mg:{t.u}:profile  STRING  cross-session summary and facts built from the history
-    mg:jobs           STREAM  job notices {tenant, sid, job}; consumer group "summarizers"
+    mg:jobs:{n}       STREAM  shard n of the job notices {tenant, sid, job}; consumer
+                              group "summarizers". A session's notices all go to one
+                              shard; the shard number is the hash tag, so on a cluster
+                              the shards spread over the masters (``worker.job_shards``)
     mg:tenant-secret  STRING  the HMAC key of tenant ids (when not configured)
 """
 
@@ -29,7 +32,6 @@ from functools import lru_cache
 
 PREFIX = "mg"
 TENANT_SECRET_KEY = f"{PREFIX}:tenant-secret"
-JOB_STREAM = f"{PREFIX}:jobs"
 JOB_GROUP = "summarizers"
 
 
@@ -114,3 +116,13 @@ class UserKeys:
 
     def all(self) -> tuple[str, ...]:
         return (self.sessions, self.history, self.profile)
+
+
+def job_stream(shard: int) -> str:
+    """Shard ``shard`` of the job stream."""
+    return f"{PREFIX}:jobs:{{{shard}}}"
+
+
+def job_shard(keys: SessionKeys, shards: int) -> int:
+    """The shard of a session's job notices: always the same one, spread evenly."""
+    return int(_digest(f"{keys.tenant}.{keys.session_id}")[:8], 16) % shards

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -26,14 +27,22 @@ from gateway import codec, metrics
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
-from gateway.store.connections import LINKS, Connections
-from gateway.store.keys import JOB_GROUP, JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
+from gateway.store.cluster import ClusterConnections
+from gateway.store.connections import Connections
+from gateway.store.keys import (
+    JOB_GROUP,
+    TENANT_SECRET_KEY,
+    SessionKeys,
+    UserKeys,
+    job_shard,
+    job_stream,
+)
 from gateway.store.loop_lag import lag_tolerant_timeout
 
 T = TypeVar("T")
 
 # The job stream is a notice board, not the record (each session's jobs hash is):
-# trimming it approximately keeps it bounded when no worker runs.
+# trimming each shard approximately keeps it bounded when no worker runs.
 STREAM_MAXLEN = 100_000
 
 
@@ -115,6 +124,7 @@ class JobNotice:
     entry_id: bytes
     keys: SessionKeys
     job_id: str
+    shard: int = 0  # the job-stream shard it was read from
 
 
 # KEYS: meta, log, tiers, pins, jobs, lease, index.  ARGV: ttl_s, now, session_id,
@@ -367,11 +377,16 @@ return 0
 """
 
 
-def create_client(url: str, *, timeout_s: float, max_connections: int) -> redis.Redis:
-    """A client that fails within the deadline instead of redis-py's seconds of retries.
+def create_client(
+    url: str, *, timeout_s: float, max_connections: int, cluster: bool = False
+) -> redis.Redis | RedisCluster:
+    """A client that fails within the deadline instead of redis-py's seconds of retries;
+    with ``cluster``, a Redis Cluster client seeded by ``url`` (any node of the cluster).
 
     A blocking pool waits for a free connection instead of raising "Too many connections"
-    under load; the deadline around each call bounds that wait too.
+    under load; the deadline around each call bounds that wait too. (A cluster client
+    keeps a pool per node, which raises instead: off the request path, it is sized by
+    ``max_connections`` per node.)
 
     Maintenance notifications are off: redis-py 8 defaults them to "auto", which its pool
     takes as on, and then skips the check that finds a pooled connection the server closed.
@@ -379,18 +394,23 @@ def create_client(url: str, *, timeout_s: float, max_connections: int) -> redis.
     turn each) instead of reconnecting before use. Retrying instead is not safe: a retried
     append could land twice.
     """
+    common: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 0,
+        # No CLIENT SETINFO on connect: a new connection is a TCP connect, not a
+        # connect and a round trip. Bursts open many at once, each within the deadline.
+        "driver_info": None,
+    }
+    if cluster:
+        return RedisCluster.from_url(url, max_connections=max_connections, **common)
     pool = redis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         timeout=timeout_s,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=0,
         maint_notifications_config=MaintNotificationsConfig(enabled=False),
-        # No CLIENT SETINFO on connect: a new connection is a TCP connect, not a
-        # connect and a round trip. Bursts open many at once, each within the deadline.
-        driver_info=None,
+        **common,
     )
     return redis.Redis(connection_pool=pool)
 
@@ -429,9 +449,9 @@ def _idle(sessions: Sequence[str], found: Sequence[Any], idle_before: float) -> 
             yield session_id
 
 
-def _notice(entry_id: bytes, fields: dict[bytes, bytes]) -> JobNotice:
+def _notice(shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> JobNotice:
     keys = SessionKeys(fields[b"tenant"].decode(), fields[b"sid"].decode())
-    return JobNotice(entry_id, keys, fields[b"job"].decode())
+    return JobNotice(entry_id, keys, fields[b"job"].decode(), shard)
 
 
 class RedisStore:
@@ -439,13 +459,15 @@ class RedisStore:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         *,
         timeout_s: float,
         retention_s: int,
         lag_tolerant: bool = False,  # deadlines do not count the event loop's lateness
+        job_shards: int = 1,
     ) -> None:
-        self.client = client
+        self.client: Any = client  # the same commands on a single Redis and a cluster
+        self.job_shards = job_shards
         self.timeout_s = timeout_s
         self.lag_tolerant = lag_tolerant
         self.retention_s = retention_s
@@ -456,7 +478,14 @@ class RedisStore:
         self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
         self._load = client.register_script(LOAD_SCRIPT)
         self._scripts = [self._record, self._load]  # those called by sha in pipelines
-        self._connections = Connections(client.connection_pool)
+        self._connections: Connections | ClusterConnections = (
+            ClusterConnections(client)
+            if isinstance(client, RedisCluster)
+            else Connections(client.connection_pool)
+        )
+        # Builds the request path's commands (redis-py's encoding of each command's
+        # arguments); never connects: ``_connections`` sends them.
+        self._commands = redis.Redis()
 
     async def _bounded(
         self,
@@ -484,7 +513,8 @@ class RedisStore:
         async def run() -> list[Any]:
             async with self.client.pipeline(transaction=False) as pipe:
                 build(pipe)
-                return await pipe.execute()
+                replies: list[Any] = await pipe.execute()
+                return replies
 
         return await self._bounded(run, timeout_s, op=build)
 
@@ -741,7 +771,7 @@ class RedisStore:
         """
         # redis-py builds the commands (its pipeline's command stack); they are sent
         # below, not by the pipeline.
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self._commands.pipeline(transaction=False)
         build(pipe)
         commands = [args for args, _ in pipe.command_stack]
 
@@ -761,20 +791,13 @@ class RedisStore:
         """Start-up: the request path's scripts loaded and its connections open, so that
         a burst of first requests pays for neither inside its deadline."""
         await self._load_scripts(timeout_s)
-        commands = [("PING",)]
-        await self._bounded(
-            lambda: asyncio.gather(*(self._connections.execute(commands) for _ in range(LINKS))),
-            timeout_s,
-        )
+        await self._bounded(self._connections.warm, timeout_s)
 
     async def _load_scripts(self, timeout_s: float | None = None) -> None:
-        """Into an emptied script cache (a restart, SCRIPT FLUSH), in one round trip."""
-
-        def build(pipe: Any) -> None:
-            for script in self._scripts:
-                pipe.script_load(script.script)
-
-        await self._pipeline(build, timeout_s)
+        """Into an emptied script cache (a restart, SCRIPT FLUSH, a replica promoted in a
+        cluster: scripts are not replicated), one round trip to each server."""
+        commands = [("SCRIPT", "LOAD", script.script) for script in self._scripts]
+        await self._bounded(lambda: self._connections.per_server(commands), timeout_s)
 
     async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """Remember the session's pending jobs and notify the workers (one round trip)."""
@@ -790,7 +813,8 @@ class RedisStore:
         """The notices of a session's jobs, after the commands that made them pending."""
         for job in jobs:
             notice = {"tenant": keys.tenant, "sid": keys.session_id, "job": job.id}
-            pipe.xadd(JOB_STREAM, notice, maxlen=STREAM_MAXLEN, approximate=True)
+            stream = job_stream(job_shard(keys, self.job_shards))
+            pipe.xadd(stream, notice, maxlen=STREAM_MAXLEN, approximate=True)
 
     async def index_user_session(self, user: UserKeys, session_id: str) -> None:
         await self._pipeline(lambda pipe: self._add_user_session(pipe, user, session_id))
@@ -906,38 +930,47 @@ class RedisStore:
 
     # --- the job stream ---
 
-    async def ensure_group(self) -> None:
+    async def ensure_group(self, shard: int) -> None:
         async def create() -> None:
             try:
-                await self.client.xgroup_create(JOB_STREAM, JOB_GROUP, id="0", mkstream=True)
+                await self.client.xgroup_create(job_stream(shard), JOB_GROUP, id="0", mkstream=True)
             except ResponseError as error:
                 if "BUSYGROUP" not in str(error):  # the group exists: fine
                     raise
 
         await self._bounded(create)
 
-    async def read_jobs(self, consumer: str, *, count: int, block_ms: int) -> list[JobNotice]:
+    async def read_jobs(
+        self, shard: int, consumer: str, *, count: int, block_ms: int
+    ) -> list[JobNotice]:
+        stream = job_stream(shard)
         raw: Any = await self._bounded(
             lambda: self.client.xreadgroup(
-                JOB_GROUP, consumer, {JOB_STREAM: ">"}, count=count, block=block_ms
+                JOB_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
             ),
             timeout_s=self.timeout_s + block_ms / 1000,
         )
-        return [_notice(entry, fields) for _, entries in raw or () for entry, fields in entries]
+        return [
+            _notice(shard, entry, fields) for _, entries in raw or () for entry, fields in entries
+        ]
 
-    async def reclaim_jobs(self, consumer: str, *, min_idle_ms: int, count: int) -> list[JobNotice]:
+    async def reclaim_jobs(
+        self, shard: int, consumer: str, *, min_idle_ms: int, count: int
+    ) -> list[JobNotice]:
         """Take over jobs a crashed consumer read but never acknowledged."""
         result: Any = await self._bounded(
             lambda: self.client.xautoclaim(
-                JOB_STREAM, JOB_GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+                job_stream(shard), JOB_GROUP, consumer, min_idle_ms, start_id="0-0", count=count
             )
         )
-        return [_notice(entry, fields) for entry, fields in result[1] if fields]
+        return [_notice(shard, entry, fields) for entry, fields in result[1] if fields]
 
     async def ack_job(self, notice: JobNotice) -> None:
+        stream = job_stream(notice.shard)
+
         def build(pipe: Any) -> None:
-            pipe.xack(JOB_STREAM, JOB_GROUP, notice.entry_id)
-            pipe.xdel(JOB_STREAM, notice.entry_id)
+            pipe.xack(stream, JOB_GROUP, notice.entry_id)
+            pipe.xdel(stream, notice.entry_id)
 
         await self._pipeline(build)
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from gateway.identity import tenant_id
 from gateway.memory.model import Message
-from gateway.store.keys import JOB_STREAM, TENANT_SECRET_KEY, SessionKeys, UserKeys
+from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, UserKeys
 from gateway.store.redis_store import RedisStore
 from tests.integration.conftest import (
     USED_KEYS,
@@ -36,6 +36,7 @@ from tests.integration.conftest import (
     register_content,
 )
 from tests.support.fake_upstream import SLOW_SUMMARIZER_S, FakeUpstream
+from tests.support.jobs import notices
 from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
@@ -270,9 +271,7 @@ def stream_mentions(redis_server: RedisProcess, text: str) -> bool:
     client = redis_server.client()
     try:
         return any(
-            text.encode() in value
-            for _, fields in client.xrange(JOB_STREAM)
-            for value in fields.values()
+            text.encode() in value for _, _, fields in notices(client) for value in fields.values()
         )
     finally:
         client.close()

@@ -18,12 +18,13 @@ from gateway.config import PRESETS
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message
 from gateway.memory.summarizer import Summarizer, SummarizerUnavailable
-from gateway.store.keys import JOB_STREAM, SessionKeys
+from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
 from tests.integration.conftest import GatewayFactory, Memory, say, sdk
 from tests.integration.test_presets import ranges
+from tests.support.jobs import notices, streams
 from tests.support.servers import RedisProcess, ServerThread, running_redis
 
 pytestmark = pytest.mark.integration
@@ -137,9 +138,7 @@ def test_erasing_a_session_and_a_user_leaves_no_key(
     time.sleep(0.5)  # let the in-process worker finish whatever it had picked up
     assert all_session_keys(redis_server) - before == set()
     client = redis_server.client()
-    assert not any(
-        b"secret" in v for _, fields in client.xrange(JOB_STREAM) for v in fields.values()
-    )
+    assert not any(b"secret" in v for _, _, fields in notices(client) for v in fields.values())
     client.close()
     http.close()
 
@@ -254,11 +253,13 @@ def test_separate_worker_processes_run_the_jobs_and_reclaim_a_crashed_ones(
     memory = Memory(gateway, api_key, session_id)
     memory.add(15)
     assert memory.state()["pending_jobs"] == 1
-    try:
-        client.xgroup_create(JOB_STREAM, "summarizers", id="0", mkstream=True)
-    except Exception as error:
-        assert "BUSYGROUP" in str(error)
-    taken = client.xreadgroup("summarizers", "crashed-consumer", {JOB_STREAM: ">"}, count=100)
+    taken = []
+    for stream in streams():
+        try:
+            client.xgroup_create(stream, "summarizers", id="0", mkstream=True)
+        except Exception as error:
+            assert "BUSYGROUP" in str(error)
+        taken += client.xreadgroup("summarizers", "crashed-consumer", {stream: ">"}, count=100)
     assert taken, "the dead consumer took the notice"
     worker = _worker(config)
     try:

@@ -19,9 +19,9 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.memory.model import Message
-from gateway.store.keys import JOB_STREAM
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import GatewayFactory, register_content, say, sdk
+from tests.support.jobs import streams
 from tests.support.servers import RedisProcess, free_port, running_redis
 
 pytestmark = pytest.mark.integration
@@ -169,11 +169,17 @@ def test_the_job_backlog_is_read_from_the_stream(
             say(client, f"message number {i} for the backlog")
         time.sleep(2.1)  # past the backlog's cache
         after = scrape(gateway.url)
-        notices = redis.Redis.from_url(server.url).xlen(JOB_STREAM)
-        assert notices > 0
-        assert value(after, "memory_gateway_jobs_pending", state="undelivered") == notices
-        assert value(after, "memory_gateway_jobs_pending", state="delivered") == 0
-        assert 2.0 <= value(after, "memory_gateway_jobs_lag_seconds") < 120
+        counted = redis.Redis.from_url(server.url)
+        shards = {stream: counted.xlen(stream) for stream in streams()}
+        assert sum(shards.values()) > 0
+        for shard, stream in enumerate(streams()):
+            waiting = value(after, "memory_gateway_jobs_pending", state="undelivered",
+                            shard=str(shard))  # fmt: skip
+            assert waiting == shards[stream]
+            assert value(after, "memory_gateway_jobs_pending", state="delivered",
+                         shard=str(shard)) == 0  # fmt: skip
+            lag = value(after, "memory_gateway_jobs_lag_seconds", shard=str(shard))
+            assert (2.0 <= lag < 120) if shards[stream] else lag == 0
         gateway.stop()
 
 

@@ -26,12 +26,12 @@ from gateway.memory import recall
 from gateway.memory.jobs import schedule
 from gateway.memory.model import Message
 from gateway.memory.service import MemoryService, session_keys
-from gateway.store.keys import JOB_STREAM
 from gateway.store.redis_store import CANDIDATE_BYTES, CANDIDATES_SCANNED, RedisStore
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import Memory, build_settings, register_content, say, sdk
 from tests.integration.test_recall import import_all
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.jobs import notices
 from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
@@ -72,12 +72,11 @@ def _withdraw_notices(redis_server: RedisProcess) -> Iterator[None]:
     """The jobs these tests leave pending are announced on the suite's shared stream:
     withdraw the notices, or a later test's in-process worker would run them all first."""
     client = redis_server.client()
-    newest = client.xrevrange(JOB_STREAM, count=1)
-    since = newest[0][0] if newest else b"0-0"
+    before = {entry for _, entry, _ in notices(client)}
     yield
-    added = [entry for entry, _ in client.xrange(JOB_STREAM, min=f"({since.decode()}")]
-    if added:
-        client.xdel(JOB_STREAM, *added)
+    for stream, entry, _ in list(notices(client)):
+        if entry not in before:
+            client.xdel(stream, entry)
     client.close()
 
 
@@ -136,10 +135,10 @@ def _notices(redis_server: RedisProcess, session: str) -> set[bytes]:
     """The job ids the stream announces for a session."""
     client = redis_server.client()
     try:
-        entries = client.xrange(JOB_STREAM)
+        entries = list(notices(client))
     finally:
         client.close()
-    return {fields[b"job"] for _, fields in entries if fields[b"sid"] == session.encode()}
+    return {fields[b"job"] for _, _, fields in entries if fields[b"sid"] == session.encode()}
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))

@@ -431,7 +431,6 @@ def test_leaving_while_the_turn_is_being_recorded_leaves_it_whole(
             assert result.log_at_done == result.whole
 
 
-
 def test_an_answer_sent_with_its_done_waits_only_for_done_not_for_the_record(
     make_gateway: GatewayFactory, redis_server: RedisProcess, api_key: str
 ) -> None:
@@ -461,6 +460,7 @@ def test_an_answer_sent_with_its_done_waits_only_for_done_not_for_the_record(
     ]
     assert answered_after < 0.8 <= done_after, (answered_after, done_after)
     client.leave()
+
 
 def test_repeated_disconnects_cancel_the_upstream_fast_and_orphan_nothing(
     gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str

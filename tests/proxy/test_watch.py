@@ -101,24 +101,24 @@ def test_invalid_utf8_is_noted_and_replaced_and_decoding_goes_on() -> None:
     assert decoder.damaged
 
 
+CRLF_HEAD = HEAD.replace(b"\n", b"\r\n")
+QUOTING = chunk("data: [DONE]")  # "[DONE]" inside an event's JSON is content, not the end
+
+
 @pytest.mark.parametrize(
     ("chunk_", "before", "rest"),
     [
         (HEAD + END, HEAD + chunk(finish="stop"), b"data: [DONE]\n\n"),
         (b"data: [DONE]\n\n", b"", b"data: [DONE]\n\n"),
         (b"data:[DONE]\r\n\r\n", b"", b"data:[DONE]\r\n\r\n"),
-        (HEAD.replace(b"\n", b"\r\n") + b"data: [DONE]\r\n\r\n", HEAD.replace(b"\n", b"\r\n"),
-         b"data: [DONE]\r\n\r\n"),  # fmt: skip
+        (CRLF_HEAD + b"data: [DONE]\r\n\r\n", CRLF_HEAD, b"data: [DONE]\r\n\r\n"),
         # [DONE] straddles chunks: its line does not start here, so all of it waits.
         (HEAD + b"data: [DO", b"", HEAD + b"data: [DO"),
         (b"NE]\n\n", b"", b"NE]\n\n"),
-        # "[DONE]" inside an event's JSON is content, not the end.
-        (chunk("data: [DONE]") + END, chunk("data: [DONE]") + chunk(finish="stop"),
-         b"data: [DONE]\n\n"),  # fmt: skip
+        (QUOTING + END, QUOTING + chunk(finish="stop"), b"data: [DONE]\n\n"),
     ],
 )
 def test_split_at_done_holds_back_only_the_done_line(
     chunk_: bytes, before: bytes, rest: bytes
 ) -> None:
     assert split_at_done(chunk_) == (before, rest)
-
