@@ -195,10 +195,16 @@ class JobRunner:
         return (await self.summarizer.chunk(recent)).text if recent else ""
 
     async def run_notice(self, notice: JobNotice) -> Outcome:
+        """The job a notice names, after the session's older pending jobs: their own
+        notices may have been lost (a cluster master that failed as the turn was recorded
+        on another), and a session's jobs are made in order anyway."""
         _, _, pending = await self.store.job_state(notice.keys)
         job = next((p for p in pending if p.id == notice.job_id), None)
         if job is None:
             return "done"
+        for older in pending[: pending.index(job)]:
+            if older.kind != "end":
+                await self.run(notice.keys, older)
         return await self.run(notice.keys, job)
 
 

@@ -1,9 +1,9 @@
 """``GET /metrics``: Prometheus text, plus the summary-job backlog read from Redis.
 
 The backlog is the job stream's, not a process's, per shard (``worker.job_shards``): it
-is read at scrape time (one pipelined round trip under a short deadline; on a cluster,
-one to each master holding a shard, at once) and cached briefly, so a burst of scrapes,
-or a Redis that is down, costs the gateway almost nothing.
+is read at scrape time (a pipelined round trip, and the server's clock, at once, under a
+short deadline; on a cluster, one to each master holding a shard) and cached briefly,
+so a burst of scrapes, or a Redis that is down, costs the gateway almost nothing.
 """
 
 from __future__ import annotations
@@ -91,12 +91,14 @@ class JobBacklogReader:
         try:
             async with asyncio.timeout(DEADLINE_S):
                 async with self.store.client.pipeline(transaction=False) as pipe:
-                    pipe.time()
                     for shard in shards:
                         pipe.xinfo_groups(job_stream(shard))
                         pipe.xlen(job_stream(shard))
                         pipe.xrange(job_stream(shard), "-", "+", count=1)
-                    server_time, *replies = await pipe.execute(raise_on_error=False)
+                    # TIME apart: a cluster pipeline refuses a command without a key.
+                    server_time, replies = await asyncio.gather(
+                        self.store.client.time(), pipe.execute(raise_on_error=False)
+                    )
         except Exception:  # a deadline, a connection error: a scrape never fails on Redis
             return None
         backlogs = {}

@@ -13,9 +13,9 @@ with the client the rest of the store uses:
   map is corrected from the reply and the command sent to the slot's new master, once.
 * ``ASK`` (a slot being migrated): the command did not run; it is sent once, after
   ``ASKING``, to the node named.
-* A master that cannot be reached fails the call (the request degrades, as with a single
-  Redis that is down) and the map is read again in the background: once a replica is
-  promoted, the next calls go to it.
+* A master that cannot be reached fails its commands (their replies are the error; the
+  other masters' commands did run, and the caller decides) and the map is read again in
+  the background: once a replica is promoted, the next calls go to it.
 """
 
 from __future__ import annotations
@@ -75,11 +75,18 @@ class ClusterConnections:
             for at, reply in zip(ats, got, strict=True):
                 replies[at] = reply
 
-        try:
-            await asyncio.gather(*(send(node, ats) for node, ats in groups.values()))
-        except (RedisError, OSError):
-            self._refresh()  # a master down: its replica may be promoted meanwhile
-            raise
+        sent = await asyncio.gather(
+            *(send(node, ats) for node, ats in groups.values()), return_exceptions=True
+        )
+        for (_, ats), outcome in zip(groups.values(), sent, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, RedisError | OSError):
+                    raise outcome
+                # A master down: its replica may be promoted meanwhile. The commands sent
+                # to the other masters did run: the caller learns which did not.
+                self._refresh()
+                for at in ats:
+                    replies[at] = outcome
         for at, reply in enumerate(replies):
             if isinstance(reply, AskError):  # MOVED included (a subclass)
                 replies[at] = await self._redirected(commands[at], reply)

@@ -749,17 +749,26 @@ class RedisStore:
                 self._add_user_session(pipe, joining.user, keys.session_id)
                 _ask_idle(pipe, joining.user, joining.siblings)
 
-        replies = await self._scripted_pipeline(build)
+        # Only the script must succeed: the turn is recorded when it did. The rest may
+        # have gone to other masters (a cluster): a notice lost with its master leaves
+        # its job pending in the session, run with the session's next notice or flush;
+        # a failed user index write is made again (or the turn reported degraded).
+        replies = await self._scripted_pipeline(build, needed=1)
         first, count, turns, new_user, landed = replies[0]
         if int(first) < 0:
             raise TailMoved(f"expected {expected_count} messages, found {count}")
         idle: tuple[str, ...] = ()
         if joining is not None:
-            found = replies[-len(joining.siblings) :] if joining.siblings else []
-            idle = tuple(_idle(joining.siblings, found, joining.idle_before))
+            indexed, found = replies[1 + len(jobs) : 3 + len(jobs)], replies[3 + len(jobs) :]
+            if any(isinstance(reply, Exception) for reply in indexed):
+                await self.index_user_session(joining.user, keys.session_id)
+            if not any(isinstance(reply, Exception) for reply in found):
+                idle = tuple(_idle(joining.siblings, found, joining.idle_before))
         return Recorded(int(first), int(count), int(turns), bool(new_user), bool(landed), idle)
 
-    async def _scripted_pipeline(self, build: Callable[[Any], None]) -> list[Any]:
+    async def _scripted_pipeline(
+        self, build: Callable[[Any], None], *, needed: int | None = None
+    ) -> list[Any]:
         """The request path's round trip: commands that call scripts by their sha (a
         pipeline of ``Script`` objects would ask the server whether they exist first:
         another round trip every time), sent on the request path's shared, pipelined
@@ -768,6 +777,10 @@ class RedisStore:
         A server that lost its script cache (a restart) ran nothing of a failed script:
         the scripts are loaded and the whole pipeline sent again. The other commands of
         a pipeline built here must therefore be safe to repeat.
+
+        An error reply raises ``StoreUnavailable``; past the first ``needed`` commands it
+        is returned in its place instead (on a cluster, those may have gone to another
+        master than the session's, which may be down while the session's is not).
         """
         # redis-py builds the commands (its pipeline's command stack); they are sent
         # below, not by the pipeline.
@@ -782,7 +795,7 @@ class RedisStore:
         if any(isinstance(reply, NoScriptError) for reply in replies):
             await self._load_scripts()
             replies = await self._bounded(run, op=build)
-        for reply in replies:
+        for reply in replies[:needed]:
             if isinstance(reply, Exception):
                 raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
         return replies
@@ -976,6 +989,7 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
-        # A pool passed in explicitly is not closed by the client: close its sockets too.
-        await self.client.connection_pool.disconnect()
+        if not isinstance(self.client, RedisCluster):
+            # A pool passed in explicitly is not closed by the client: close its sockets too.
+            await self.client.connection_pool.disconnect()
         await self._connections.aclose()

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from gateway.worker import JobRunner
 from tests.integration.conftest import GatewayFactory, Memory, say, sdk
 from tests.integration.test_presets import ranges
 from tests.support.jobs import notices, streams
+from tests.support.processes import worker_process
 from tests.support.servers import RedisProcess, ServerThread, running_redis
 
 pytestmark = pytest.mark.integration
@@ -229,15 +227,6 @@ def test_memory_api_bad_input(
     assert response.json()["error"]["param"] == param
 
 
-def _worker(config: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "worker", "--config", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ},
-    )
-
-
 def test_separate_worker_processes_run_the_jobs_and_reclaim_a_crashed_ones(
     make_gateway: GatewayFactory, redis_server: RedisProcess, upstream_url: str, tmp_path: Path,
     api_key: str, session_id: str,
@@ -261,7 +250,7 @@ def test_separate_worker_processes_run_the_jobs_and_reclaim_a_crashed_ones(
             assert "BUSYGROUP" in str(error)
         taken += client.xreadgroup("summarizers", "crashed-consumer", {stream: ">"}, count=100)
     assert taken, "the dead consumer took the notice"
-    worker = _worker(config)
+    worker = worker_process(config)
     try:
         wait_for(lambda: memory.state()["pending_jobs"] == 0, timeout=20)
         assert ranges(memory.state()) == [(1, 15)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -19,12 +20,18 @@ pytestmark = pytest.mark.integration
 
 def stored_log(redis_server: RedisProcess, key: str, session: str) -> list[dict]:
     client = redis_server.client()
+    try:
+        return log_of(client, key, session)
+    finally:
+        client.close()
+
+
+def log_of(client: Any, key: str, session: str) -> list[dict]:
+    """A session's stored messages, read with ``client`` (a Redis or a cluster client)."""
     secret = client.get(TENANT_SECRET_KEY)
     assert secret is not None
     keys = SessionKeys(tenant_id(secret, key), session)
-    items = [json.loads(raw) for raw in client.lrange(keys.log, 0, -1)]
-    client.close()
-    return items
+    return [json.loads(raw) for raw in client.lrange(keys.log, 0, -1)]
 
 
 def roles_and_text(log: list[dict]) -> list[tuple[str, str | None]]:

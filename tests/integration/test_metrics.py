@@ -3,11 +3,7 @@ and several processes sharing PROMETHEUS_MULTIPROC_DIR answer every scrape with 
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +18,7 @@ from gateway.memory.model import Message
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import GatewayFactory, register_content, say, sdk
 from tests.support.jobs import streams
+from tests.support.processes import Served
 from tests.support.servers import RedisProcess, free_port, running_redis
 
 pytestmark = pytest.mark.integration
@@ -211,41 +208,6 @@ def _config(tmp_path: Path, upstream_url: str, redis_url: str) -> Path:
         "summarizer:\n  model: fake-summarizer\n"
     )
     return config
-
-
-class Served:
-    """``memory-gateway serve`` in its own process (or processes, with --workers)."""
-
-    def __init__(self, config: Path, metrics_dir: Path | None, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        if metrics_dir is not None:
-            env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-        self.log = config.parent / f"serve-{self.port}.log"
-        command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [*command, "--port", str(self.port), *args],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("serve did not start: " + self.log.read_text())
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGINT)
-        self.process.wait(20)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,7 +130,7 @@ def redis_cli_binary() -> str:
 class ClusterNodeProcess(RedisProcess):
     """A cluster-enabled redis-server whose nodes.conf lives in its own temp dir."""
 
-    def __init__(self, *, node_timeout_ms: int) -> None:
+    def __init__(self, *, node_timeout_ms: int, settings: Sequence[str] = ()) -> None:
         super().__init__(appendonly=False)
         self.bus_port = free_port()
         self.extra_args = [
@@ -141,6 +141,7 @@ class ClusterNodeProcess(RedisProcess):
             "--cluster-announce-ip", HOST,
             # Replicas sync at once, not after the default 5 s wait for more replicas.
             "--repl-diskless-sync-delay", "0",
+            *settings,
         ]  # fmt: skip
 
     @property
@@ -205,7 +206,9 @@ class RedisCluster:
         replicas_per_master: int = 1,
         node_timeout_ms: int = 1000,
         ready_timeout_s: float = 30.0,
+        settings: Sequence[str] = (),  # more redis-server arguments for every node
     ) -> None:
+        self.settings = tuple(settings)
         self.master_count = masters
         self.replicas_per_master = replicas_per_master
         self.node_timeout_ms = node_timeout_ms
@@ -238,7 +241,7 @@ class RedisCluster:
 
     def _start_node(self) -> ClusterNodeProcess:
         for attempt in range(PORT_ATTEMPTS):
-            node = ClusterNodeProcess(node_timeout_ms=self.node_timeout_ms)
+            node = ClusterNodeProcess(node_timeout_ms=self.node_timeout_ms, settings=self.settings)
             try:
                 return node.start()
             except PortTakenError:

@@ -1,0 +1,64 @@
+"""The gateway's own commands as separate processes: ``serve`` and ``worker``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.servers import free_port
+
+
+class Served:
+    """``memory-gateway serve`` in its own process (or processes, with --workers)."""
+
+    def __init__(self, config: Path, metrics_dir: Path | None, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ)
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        if metrics_dir is not None:
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+        self.log = config.parent / f"serve-{self.port}.log"
+        command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [*command, "--port", str(self.port), *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("serve did not start: " + self.log.read_text())
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(20)
+
+
+def worker_process(config: Path, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """``memory-gateway worker`` in its own process (output to ``log``, else dropped)."""
+    out = log.open("wb") if log is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "worker", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ},
+        )
+    finally:
+        if log is not None:
+            out.close()  # type: ignore[union-attr]
