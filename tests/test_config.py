@@ -271,3 +271,30 @@ def test_process_environment_used_by_default(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("GW_TEST_BASE", "http://from-env:1/v1")
     settings = parse_settings({"upstream": {"base_url": "${GW_TEST_BASE}"}})
     assert settings.upstream.base_url == "http://from-env:1/v1"
+
+
+@pytest.mark.parametrize(
+    ("given", "url", "tls"),
+    [
+        ({"url": "redis+cluster://10.0.0.5:7000"}, "redis://10.0.0.5:7000", False),
+        ({"url": "rediss+cluster://:pw@h:7000/0"}, "rediss://:pw@h:7000/0", True),
+        ({"url": "redis://10.0.0.5:7000", "cluster": True}, "redis://10.0.0.5:7000", False),
+    ],
+)
+def test_a_cluster_is_named_by_its_scheme_or_by_cluster_true(
+    given: dict[str, Any], url: str, tls: bool
+) -> None:
+    redis = parse_settings({"redis": given}, environ={}).redis
+    assert (redis.url, redis.cluster, redis.url.startswith("rediss")) == (url, True, tls)
+
+
+@pytest.mark.parametrize("url", ["embedded", "unix:///tmp/r.sock"])
+def test_a_cluster_is_reached_over_tcp_only(url: str) -> None:
+    with pytest.raises(ConfigError, match="redis"):
+        parse_settings({"redis": {"url": url, "cluster": True}}, environ={})
+
+
+def test_job_shards_are_bounded() -> None:
+    assert parse_settings({}, environ={}).worker.job_shards == 4
+    with pytest.raises(ConfigError, match="job_shards"):
+        parse_settings({"worker": {"job_shards": 0}}, environ={})

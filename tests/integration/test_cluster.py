@@ -429,3 +429,53 @@ def _kill_a_master_under_load(running: Deployment, key: str) -> FailoverReport:
         recovered_s=(recovered_at[0] - killed_at[0]) if recovered_at else float("inf"),
         problems=problems,
     )
+
+
+def _move_slot(cluster: RedisCluster, key: str, to_port: int) -> None:
+    """Reshards ``key``'s slot, keys and all, to the master on ``to_port`` (as
+    ``redis-cli --cluster reshard`` does it)."""
+    slot = cluster.keyslot(key)
+    source_port = cluster.master_of(key)[1]
+    ids = {node.port: node.node_id for node in cluster.topology()}
+    source, target = cluster.node_client(source_port), cluster.node_client(to_port)
+    try:
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source_port])
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
+        while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+        for _, port in cluster.masters():
+            with cluster.node_client(port) as client:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])
+    finally:
+        source.close()
+        target.close()
+
+
+def test_a_session_whose_slot_moved_is_followed_to_its_new_master(
+    deployment: Deployment, api_key: str, session_id: str
+) -> None:
+    """The gateways learnt the slot map at start; a reshard moves a session's slot. Its
+    next turns meet ``MOVED``: followed, on both replicas, with nothing lost."""
+    client = sdk_on(deployment.gateways[0], api_key, session_id)
+    client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "before the move"}]
+    )
+    reader = deployment.client()
+    keys = SessionKeys(tenant_id(reader.get(TENANT_SECRET_KEY), api_key), session_id)
+    owner = deployment.cluster.master_of(keys.log)
+    target = next(address for address in deployment.cluster.masters() if address != owner)
+    _move_slot(deployment.cluster, keys.log, target[1])
+    assert deployment.cluster.master_of(keys.log) == target
+    said = ["before the move"]
+    for turn in range(4):
+        text = f"after the move {turn}"
+        said.append(text)
+        answer = sdk_on(deployment.gateways[turn % 2], api_key, session_id)
+        response = answer.chat.completions.with_raw_response.create(
+            model="fake-model", messages=[{"role": "user", "content": text}]
+        )
+        assert response.headers["x-memory-status"] == "ok"
+    log = log_of(deployment.client(), api_key, session_id)
+    state = Memory(deployment.gateways[1], api_key, session_id).state()  # type: ignore[arg-type]
+    assert_sound(log, state, said)
+    assert len(log) == 2 * len(said)
