@@ -52,7 +52,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,21 +332,28 @@ def _columns(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def closed_loop(
-    spec: dict[str, Any], model: str, concurrency: int, seconds: float, stream: bool
+    spec: dict[str, Any],
+    model: str,
+    concurrency: int,
+    seconds: float,
+    stream: bool,
+    keep_totals: bool = False,  # keep every request's total time (to merge runs)
+    sessions: int | None = None,  # the pool of sessions (None: load.py's, 1,000 at most c)
 ) -> dict[str, Any]:
-    result = run_load(
-        {
-            "kind": "closed",
-            "target": spec,
-            "model": model,
-            "concurrency": concurrency,
-            "duration_s": seconds,
-            "stream": stream,
-            "timeout_s": 10,
-            "warmup": 5,
-        }
-    )
-    totals = result.pop("totals")
+    job: dict[str, Any] = {
+        "kind": "closed",
+        "target": spec,
+        "model": model,
+        "concurrency": concurrency,
+        "duration_s": seconds,
+        "stream": stream,
+        "timeout_s": 10,
+        "warmup": 5,
+    }
+    if sessions is not None:
+        job["sessions"] = sessions
+    result = run_load(job)
+    totals = result["totals"] if keep_totals else result.pop("totals")
     result["p50_s"] = quantile(totals, 0.5)
     result["p99_s"] = quantile(totals, 0.99)
     return result
@@ -474,29 +482,58 @@ def _info(client: redis.Redis) -> dict[str, Any]:
     return info
 
 
-def _command_counts(info: dict[str, Any]) -> dict[str, int]:
+def _command_counts(info: dict[str, Any], stat: str = "calls") -> dict[str, int]:
+    """One of INFO commandstats' numbers (``calls``, ``usec``) by command name."""
     return {
-        name.removeprefix("cmdstat_"): int(value["calls"])
+        name.removeprefix("cmdstat_"): int(value[stat])
         for name, value in info.items()
         if name.startswith("cmdstat_")
     }
 
 
-def count_commands(redis_client: redis.Redis, send: Any, n: int) -> dict[str, Any]:
-    """Commands and round trips per request for ``send()`` called n times."""
-    before = _info(redis_client)
+def count_commands(
+    redis_client: redis.Redis | Sequence[redis.Redis], send: Any, n: int
+) -> dict[str, Any]:
+    """Commands and round trips per request for ``send()`` called n times.
+
+    Several clients (a cluster's masters, one plain client each): summed over their
+    servers; a replica's acknowledgements (``REPLCONF ACK``, one read each) are left out.
+    ``usec``: the commands' time per request as Redis counts it (the bench's INFO left
+    out); a script's time includes the commands it runs, counted again under their names
+    (``usec_commands``: by name).
+    """
+    clients = [redis_client] if isinstance(redis_client, redis.Redis) else list(redis_client)
+    before = [_info(client) for client in clients]
     for _ in range(n):
         send()
-    after = _info(redis_client)
-    calls_before, calls_after = _command_counts(before), _command_counts(after)
-    calls_before["info"] = calls_before.get("info", 0) + 1  # the 'before' INFO itself
+    after = [_info(client) for client in clients]
+
+    def summed(infos: list[dict[str, Any]], stat: str = "calls") -> Counter[str]:
+        return sum((Counter(_command_counts(info, stat)) for info in infos), Counter())
+
+    calls_before, calls_after = summed(before), summed(after)
+    calls_before["info"] += len(clients)  # the 'before' INFOs themselves
+    acks = calls_after.pop("replconf", 0) - calls_before.pop("replconf", 0)
     per_request = {
         name: (calls_after[name] - calls_before.get(name, 0)) / n
         for name in sorted(calls_after)
         if calls_after[name] != calls_before.get(name, 0)
     }
-    reads = after["total_reads_processed"] - before["total_reads_processed"] - 1
-    return {"commands": per_request, "round_trips": reads / n, "n": n}
+    reads = sum(
+        a["total_reads_processed"] - b["total_reads_processed"]
+        for a, b in zip(after, before, strict=True)
+    )
+    reads -= len(clients) + acks  # the 'after' INFOs' reads
+    usec = summed(after, "usec") - summed(before, "usec")
+    for name in ("info", "replconf"):
+        usec.pop(name, None)
+    return {
+        "commands": per_request,
+        "round_trips": reads / n,
+        "n": n,
+        "usec": sum(usec.values()) / n,
+        "usec_commands": {name: usec[name] / n for name in sorted(usec)},
+    }
 
 
 def redis_work(report: Report, http: httpx.Client, redis_client: redis.Redis, plan: Plan) -> None:
@@ -718,6 +755,14 @@ def run(
         redis_server.cleanup()
 
 
+def table(header: Sequence[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
 def markdown(report: Report) -> str:
     header = (
         "area",
@@ -729,10 +774,7 @@ def markdown(report: Report) -> str:
         "target",
         "met",
     )
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in report.rows:
-        lines.append("| " + " | ".join(str(v) for v in asdict(row).values()) + " |")
-    return "\n".join(lines)
+    return table(header, (asdict(row).values() for row in report.rows))
 
 
 def main() -> int:
