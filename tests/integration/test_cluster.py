@@ -29,6 +29,7 @@ from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, job_shard, job_st
 from tests.integration.conftest import Memory
 from tests.integration.test_concurrency import all_at_once, send
 from tests.integration.test_memory_proxy import log_of
+from tests.integration.test_metrics import scrape, value
 from tests.support.cluster import RedisCluster
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.invariants import (
@@ -292,6 +293,15 @@ def test_job_notices_spread_over_the_masters_and_crashed_workers_jobs_are_taken_
         memory.add(16)  # past hybrid's first chunk: one job each
     time.sleep(0.5)
     held = {stream: client.xpending(stream, "summarizers")["pending"] for stream in streams()}
+    # /metrics reads the backlog of every shard from its master, lag included.
+    time.sleep(2.1)  # past the backlog's cache
+    samples = scrape(deployment.gateways[1].url)
+    assert value(samples, "memory_gateway_jobs_backlog_up") == 1
+    for shard, stream in enumerate(streams()):
+        shown = value(samples, "memory_gateway_jobs_pending", state="delivered", shard=str(shard))
+        assert shown == held[stream]
+        if held[stream]:
+            assert value(samples, "memory_gateway_jobs_lag_seconds", shard=str(shard)) >= 2.0
     for worker in deployment.workers:
         worker.kill()
         worker.wait(10)
