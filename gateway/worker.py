@@ -91,9 +91,15 @@ class JobRunner:
                 raise
 
     async def _release_leftovers(self) -> None:
-        for keys, holder in list(self._unreleased.items()):
-            await self.store.release_lease(keys, holder)  # only if still ours (a script)
-            del self._unreleased[keys]
+        # Several jobs run at once (shards, concurrency): each takes an entry out before
+        # its await, so no two release (or forget) the same one.
+        while self._unreleased:
+            keys, holder = self._unreleased.popitem()
+            try:
+                await self.store.release_lease(keys, holder)  # only if still ours (a script)
+            except StoreUnavailable:
+                self._unreleased.setdefault(keys, holder)
+                raise
 
     async def _run_leased(self, keys: SessionKeys, job: Job) -> Outcome:
         for _ in range(_CAS_ATTEMPTS):
@@ -208,6 +214,10 @@ class JobRunner:
         return await self.run(notice.keys, job)
 
 
+# How long a stopping worker waits for its jobs in flight before cancelling them.
+STOP_GRACE_S = 5.0
+
+
 class Worker:
     """Consumes the job stream's shards: new notices, and those a crashed consumer left
     behind. One loop per shard (a blocking read each); ``concurrency`` jobs at most run
@@ -243,8 +253,25 @@ class Worker:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Until ``stop`` is set; then each loop ends its current read (``block_ms``) and
+        jobs, for up to ``STOP_GRACE_S`` more, and is cancelled past that: a call still
+        waiting on a Redis node that went away must not hold up a shutdown. A job cut
+        short was not acknowledged: another worker takes it over."""
         shards = range(self.store.job_shards)
-        await asyncio.gather(*(self._consume(shard, stop) for shard in shards))
+        consumers = [asyncio.ensure_future(self._consume(shard, stop)) for shard in shards]
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([*consumers, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                await asyncio.wait(consumers, timeout=self.block_ms / 1000 + STOP_GRACE_S)
+        finally:
+            for task in [*consumers, stopping]:
+                task.cancel()
+            await asyncio.gather(*consumers, stopping, return_exceptions=True)
+        for task in consumers:  # a loop that failed on its own: said, not swallowed
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                raise error
 
     async def _consume(self, shard: int, stop: asyncio.Event) -> None:
         group_ready = False

@@ -11,6 +11,7 @@ The last test kills a master under load and reports what its failover cost.
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -52,6 +53,7 @@ class Deployment:
     workers: list[Any]  # subprocess.Popen
     config: Path
     clients: list[Any] = field(default_factory=list)
+    stuck: list[Any] = field(default_factory=list)
 
     def client(self) -> Any:
         """A cluster client for reading what the gateways stored."""
@@ -86,7 +88,14 @@ class Deployment:
         for worker in self.workers:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
                 worker.wait(20)
+            except subprocess.TimeoutExpired:  # said below, after the processes are gone
+                worker.kill()
+                worker.wait(10)
+                self.stuck.append(worker.args)
+        assert not self.stuck, f"workers that ignored SIGTERM for 20 s: {self.stuck}"
 
 
 def deploy(

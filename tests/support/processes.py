@@ -46,7 +46,12 @@ class Served:
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGINT)
-        self.process.wait(20)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # not left running for the tests after this one
+            self.process.wait(10)
+            raise AssertionError(f"serve ignored SIGINT for 20 s: see {self.log}") from None
 
 
 def worker_process(config: Path, log: Path | None = None) -> subprocess.Popen[bytes]:

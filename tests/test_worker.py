@@ -1,0 +1,81 @@
+"""The job runner's own bookkeeping, without Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.config import PRESETS
+from gateway.memory.summarizer import Summarizer
+from gateway.store.keys import SessionKeys
+from gateway.store.redis_store import StoreUnavailable
+from gateway.tokens import TokenCounter
+from gateway.worker import JobRunner, Worker
+
+
+class Leases:
+    """A store that only releases leases, each after a pause (as a round trip does)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.released: list[tuple[SessionKeys, str]] = []
+        self.fail = fail
+
+    async def release_lease(self, keys: SessionKeys, holder: str) -> None:
+        await asyncio.sleep(0.01)
+        if self.fail:
+            raise StoreUnavailable("redis: down")
+        self.released.append((keys, holder))
+
+
+def runner(store: Any) -> JobRunner:
+    return JobRunner(store, Summarizer(None, TokenCounter()), PRESETS["hybrid"], lease_ms=1000)
+
+
+async def test_leases_left_by_a_redis_outage_are_released_once_by_concurrent_jobs() -> None:
+    store = Leases()
+    jobs = runner(store)
+    left = {SessionKeys("t", f"s{i}"): f"holder{i}" for i in range(5)}
+    jobs._unreleased.update(left)
+    await asyncio.gather(*(jobs._release_leftovers() for _ in range(4)))
+    assert sorted(store.released, key=str) == sorted(left.items(), key=str)
+    assert jobs._unreleased == {}
+
+
+async def test_a_lease_that_cannot_be_released_yet_is_kept_for_later() -> None:
+    jobs = runner(Leases(fail=True))
+    keys = SessionKeys("t", "s")
+    jobs._unreleased[keys] = "holder"
+    with pytest.raises(StoreUnavailable):
+        await jobs._release_leftovers()
+    assert jobs._unreleased == {keys: "holder"}
+
+
+class Stuck:
+    """A store whose reads of the job stream never return (a node gone mid-call)."""
+
+    job_shards = 3
+
+    async def ensure_group(self, shard: int) -> None:
+        return None
+
+    async def reclaim_jobs(self, shard: int, consumer: str, **_: Any) -> list[Any]:
+        return []
+
+    async def read_jobs(self, shard: int, consumer: str, **_: Any) -> list[Any]:
+        await asyncio.Event().wait()
+        return []
+
+
+async def test_a_stopping_worker_does_not_wait_for_a_read_that_never_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("gateway.worker.STOP_GRACE_S", 0.1)
+    worker = Worker(Stuck(), runner(Stuck()), block_ms=100)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    await asyncio.sleep(0.1)
+    assert not running.done()  # reading its 3 shards
+    stop.set()
+    await asyncio.wait_for(running, 2)  # block_ms + the grace, then cancelled
