@@ -227,7 +227,7 @@ return {first, n, turns, new_user, predicted}
 # postings scanned, so a request's work, in Redis and in the gateway, and its reply stay
 # bounded however long the archive (a term past the budget comes back as "<df>|"). The
 # messages they name go first when they hold more query terms, then a rarer one, then
-# densely (tf / length), then newest: ``candidates`` at most.
+# newest: ``candidates`` at most.
 # With tail 0 it serves recall over another session of the same user.
 CANDIDATE_BYTES = 64 * 1024
 # Scanning 4 KiB costs Redis ~0.1-0.2 ms on a 10,000-message session; 8 KiB finds a few
@@ -265,8 +265,8 @@ end)
 local loaded_from = n - #messages + 1
 local found, bytes = {}, 0
 -- Every message the scanned postings name outside the tail: how many query terms it
--- holds, the rarest of them (its rank in ``order``) and its density there.
-local cover, rarest, density, named = {}, {}, {}, {}
+-- holds and the rarest of them (its rank in ``order``).
+local cover, rarest, named = {}, {}, {}
 local scan = SCANNED  -- bytes of postings read, rarest terms first
 for rank, term in ipairs(order) do
   local value = postings[term[2]]
@@ -279,35 +279,36 @@ for rank, term in ipairs(order) do
   -- What is returned is what was scanned: recall ranks exactly these postings.
   postings[term[2]] = df .. '|' .. entries
   if cap > 0 then
-    for index, tf, len in string.gmatch(entries, '(%d+):(%d+):(%d+),') do
+    -- The index alone (one capture, one number per entry): this loop is most of the
+    -- script's work.
+    for index in string.gmatch(entries, '(%d+):%d+:%d+,') do
       index = tonumber(index)
       if index < loaded_from then
-        if cover[index] then
-          cover[index] = cover[index] + 1
+        local seen = cover[index]
+        if seen then
+          cover[index] = seen + 1
         else
           cover[index], rarest[index] = 1, rank
-          density[index] = tonumber(tf) / math.max(tonumber(len), 1)
           named[#named + 1] = index
         end
       end
     end
   end
 end
-local function before(a, b)
-  if cover[a] ~= cover[b] then return cover[a] > cover[b] end
-  if rarest[a] ~= rarest[b] then return rarest[a] < rarest[b] end
-  if density[a] ~= density[b] then return density[a] > density[b] end
-  return a > b
-end
-local best = {}
+-- The order as one number (more terms, then a rarer one, then newer), so that keeping
+-- the best ``cap`` compares numbers rather than calling a function per pair.
+local best, keys = {}, {}
 for _, index in ipairs(named) do
-  if #best < cap or before(index, best[#best]) then
-    local at = #best + 1
-    while at > 1 and before(index, best[at - 1]) do
+  local key = cover[index] * 1e13 - rarest[index] * 1e8 + math.min(index, 9999999)
+  local n = #best
+  if n < cap or key > keys[n] then
+    local at = n + 1
+    while at > 1 and key > keys[at - 1] do
+      best[at], keys[at] = best[at - 1], keys[at - 1]
       at = at - 1
     end
-    table.insert(best, at, index)
-    if #best > cap then table.remove(best) end
+    best[at], keys[at] = index, key
+    if n == cap then best[cap + 1], keys[cap + 1] = nil, nil end
   end
 end
 for _, index in ipairs(best) do
