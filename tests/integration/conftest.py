@@ -22,9 +22,10 @@ import httpx
 import openai
 import pytest
 
-from gateway.config import Settings, parse_settings
+from gateway.config import RedisConfig, Settings, parse_settings
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.wiring import build_clients
+from tests.support.cluster import RedisCluster
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import RedisProcess, ServerThread
 
@@ -136,6 +137,48 @@ def redis_server(log_capture: _Capture) -> Iterator[RedisProcess]:
         assert not logged, f"message content logged at INFO or above: {sorted(set(logged))[:5]}"
     finally:
         server.cleanup()
+
+
+class ClusterRedis:
+    """A local Redis Cluster in the place of ``redis_server``: ``url`` in the gateway's
+    ``redis+cluster://`` form, ``client()`` a cluster client."""
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        self.cluster = cluster
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + self.cluster.url.split("://", 1)[1]
+
+    def client(self) -> Any:
+        return self.cluster.client()
+
+
+@pytest.fixture(scope="module")
+def on_cluster(log_capture: _Capture) -> Iterator[ClusterRedis]:
+    """A 3-master cluster for a module whose tests run on both (see test_concurrency's
+    ``redis_server``), checked for key material at the end as ``redis_server`` is."""
+    with RedisCluster() as cluster:
+        backend = ClusterRedis(cluster)
+        yield backend
+        client = backend.client()
+        leaks = find_secrets(redis_dump(client), USED_KEYS)
+        client.close()
+        assert not leaks, f"bearer key material found in the cluster: {sorted(set(leaks))[:5]}"
+
+
+def on_one_redis_and_a_cluster() -> Any:
+    """A module's ``redis_server`` that runs each of its tests twice: on the suite's Redis,
+    and on a 3-master Redis Cluster (``on_cluster``: gateways and stores made by these
+    fixtures reach it as ``redis+cluster://``). Assign it: ``redis_server = …()``."""
+
+    @pytest.fixture(scope="module", params=["one redis", "cluster"])
+    def redis_server(request: pytest.FixtureRequest, redis_server: RedisProcess) -> Any:
+        if request.param == "cluster":
+            return request.getfixturevalue("on_cluster")
+        return redis_server
+
+    return redis_server
 
 
 @pytest.fixture(scope="session")
@@ -301,8 +344,9 @@ def memory_for(api_key: str, session_id: str) -> Callable[[ServerThread], Memory
 @pytest.fixture
 async def store(redis_server: RedisProcess) -> AsyncIterator[RedisStore]:
     """A RedisStore on the suite's Redis, for tests that drive the store or worker directly."""
+    where = RedisConfig(url=redis_server.url)  # a cluster's url says so (on_cluster)
     opened = RedisStore(
-        create_client(redis_server.url, timeout_s=2, max_connections=4),
+        create_client(where.url, timeout_s=2, max_connections=4, cluster=where.cluster),
         timeout_s=2,
         retention_s=3600,
     )

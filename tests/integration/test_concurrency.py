@@ -1,7 +1,8 @@
 """Many requests on one session at once: every turn stored once, whole, in order.
 
 Each test fires N simultaneous requests (N = 2, 10, 50) at one gateway over real sockets
-and then reads the log straight from Redis. The fake upstream answers ``ack: <text>``, so
+and then reads the log straight from Redis; each runs on one Redis and on a Redis
+Cluster. The fake upstream answers ``ack: <text>``, so
 an answer names the question it belongs to and a split turn is visible.
 """
 
@@ -24,7 +25,7 @@ from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, TailMoved
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
-from tests.integration.conftest import GatewayFactory, Memory
+from tests.integration.conftest import GatewayFactory, Memory, on_one_redis_and_a_cluster
 from tests.integration.test_memory_proxy import stored_log
 from tests.support.invariants import (
     numbering_problems,
@@ -41,6 +42,9 @@ pytestmark = pytest.mark.integration
 # request then (rightly) degrades instead of waiting; a roomier deadline keeps them all on
 # the memory path.
 ROOMY = {"redis": {"timeout_ms": 3000}}
+
+
+redis_server = on_one_redis_and_a_cluster()
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from tests.integration.conftest import (
     USED_KEYS,
     GatewayFactory,
     find_logged_contents,
+    on_one_redis_and_a_cluster,
     redis_dump,
     register_content,
 )
@@ -54,6 +55,8 @@ ALL_TIERS: dict[str, Any] = {
     "priority": ["window_keep", "recall", "pins", "facts", "rolling", "key_qa", "profile",
                  "window"],
 }  # fmt: skip
+
+redis_server = on_one_redis_and_a_cluster()
 
 
 def new_key() -> str:

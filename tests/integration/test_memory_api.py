@@ -19,13 +19,15 @@ from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
-from tests.integration.conftest import GatewayFactory, Memory, say, sdk
+from tests.integration.conftest import GatewayFactory, Memory, on_one_redis_and_a_cluster, say, sdk
 from tests.integration.test_presets import ranges
 from tests.support.jobs import notices, streams
 from tests.support.processes import worker_process
 from tests.support.servers import RedisProcess, ServerThread, running_redis
 
 pytestmark = pytest.mark.integration
+
+redis_server = on_one_redis_and_a_cluster()
 
 
 def all_session_keys(redis_server: RedisProcess) -> set[bytes]:

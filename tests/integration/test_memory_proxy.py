@@ -11,11 +11,13 @@ import pytest
 
 from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
-from tests.integration.conftest import GatewayFactory, say, sdk
+from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster, say, sdk
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
+
+redis_server = on_one_redis_and_a_cluster()
 
 
 def stored_log(redis_server: RedisProcess, key: str, session: str) -> list[dict]:

@@ -12,11 +12,13 @@ import httpx
 import pytest
 
 from gateway.tokens import TokenCounter
-from tests.integration.conftest import GatewayFactory
+from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import ServerThread
 
 pytestmark = pytest.mark.integration
+
+redis_server = on_one_redis_and_a_cluster()
 
 
 def ranges(state: dict[str, Any]) -> list[tuple[int, int]]:
