@@ -27,7 +27,7 @@ import yaml
 
 from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, job_shard, job_stream
-from tests.integration.conftest import Memory
+from tests.integration.conftest import Memory, sdk
 from tests.integration.test_concurrency import all_at_once, send
 from tests.integration.test_memory_proxy import log_of
 from tests.integration.test_metrics import scrape, value
@@ -146,12 +146,8 @@ def deployment(
 
 
 def sdk_on(gateway: Served, key: str, session: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=gateway.url + "/v1",
-        api_key=key,
-        max_retries=0,
-        default_headers={"X-Session-Id": session},
-    )
+    """The SDK on a gateway process (closed after the test, as ``sdk``'s clients are)."""
+    return sdk(gateway, key, session)  # type: ignore[arg-type]
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
