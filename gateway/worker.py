@@ -141,9 +141,7 @@ class JobRunner:
     async def flush(self, keys: SessionKeys) -> int:
         """Run the session's pending jobs now, oldest first; how many ran."""
         _, _, pending = await self.store.job_state(keys)
-        for job in pending:
-            if job.kind != "end":
-                await self.run(keys, job)
+        await self._run_summaries(keys, pending)
         if any(job.kind == "end" for job in pending):
             await self.run(keys, next(job for job in pending if job.kind == "end"))
         return len(pending)
@@ -187,7 +185,11 @@ class JobRunner:
 
     async def flush_summaries(self, keys: SessionKeys) -> None:
         _, _, pending = await self.store.job_state(keys)
-        for job in pending:
+        await self._run_summaries(keys, pending)
+
+    async def _run_summaries(self, keys: SessionKeys, jobs: list[Job]) -> None:
+        """``jobs`` in their order, the session's end left out (it runs last, or alone)."""
+        for job in jobs:
             if job.kind != "end":
                 await self.run(keys, job)
 
@@ -208,9 +210,7 @@ class JobRunner:
         job = next((p for p in pending if p.id == notice.job_id), None)
         if job is None:
             return "done"
-        for older in pending[: pending.index(job)]:
-            if older.kind != "end":
-                await self.run(notice.keys, older)
+        await self._run_summaries(notice.keys, pending[: pending.index(job)])
         return await self.run(notice.keys, job)
 
 

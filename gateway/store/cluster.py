@@ -121,7 +121,7 @@ class ClusterConnections:
         return links
 
     def _any_master(self) -> ClusterNode:
-        return self._cluster.nodes_manager.get_nodes_by_server_type("primary")[0]
+        return self._all()[0]
 
     def _all(self) -> list[ClusterNode]:
         return self._cluster.nodes_manager.get_nodes_by_server_type("primary")

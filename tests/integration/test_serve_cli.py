@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.servers import free_port
+from tests.support.processes import Served
 
 pytestmark = pytest.mark.integration
 
@@ -33,35 +31,6 @@ def write_config(tmp_path: Path, upstream_url: str) -> Path:
         "  preset: hybrid\n"
     )
     return config
-
-
-class Serve:
-    def __init__(self, config: Path, upstream_url: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = config.parent / f"serve-{self.port}.log"
-        env = {**os.environ, "FAKE_UPSTREAM": upstream_url}
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [*GATEWAY, "serve", "--config", str(config), "--port", str(self.port)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(self.url + "/healthz", timeout=0.5).json()["redis"] == "ok":
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("serve did not become healthy: " + self.log.read_text())
-
-    def stop(self) -> int:
-        self.process.send_signal(signal.SIGINT)
-        return self.process.wait(15)
 
 
 @pytest.fixture
@@ -84,7 +53,7 @@ def ask(url: str, text: str) -> str:
 
 def test_serve_with_embedded_redis_remembers_across_restarts(served: tuple[Path, str]) -> None:
     config, upstream_url = served
-    first = Serve(config, upstream_url)
+    first = Served(config, env={"FAKE_UPSTREAM": upstream_url})
     try:
         assert ask(first.url, "my island is Crete") == "ack: my island is Crete"
     finally:
@@ -93,7 +62,7 @@ def test_serve_with_embedded_redis_remembers_across_restarts(served: tuple[Path,
     assert (data / "redis.sock").exists() is False  # the private server went away with us
     assert any(data.rglob("*.aof")) or (data / "appendonly.aof").exists()
 
-    second = Serve(config, upstream_url)
+    second = Served(config, env={"FAKE_UPSTREAM": upstream_url})
     try:
         assert ask(second.url, "what is my island?") == "Your island is Crete."
     finally:
@@ -150,7 +119,7 @@ def _send_raw(url: str, head: bytes) -> bytes:
 
 def test_serve_drops_a_request_whose_headers_are_too_large(served: tuple[Path, str]) -> None:
     config, upstream_url = served
-    gateway = Serve(config, upstream_url)
+    gateway = Served(config, env={"FAKE_UPSTREAM": upstream_url})
     try:
         start = b"GET /memory/sessions/s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Session-Id: "
         # 8 MiB of header: never buffered whole, never answered as a request.

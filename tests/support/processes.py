@@ -15,12 +15,19 @@ from tests.support.servers import free_port
 
 
 class Served:
-    """``memory-gateway serve`` in its own process (or processes, with --workers)."""
+    """``memory-gateway serve`` in its own process (or processes, with --workers), up once
+    its ``/healthz`` says Redis is reachable; ``env`` adds to the environment."""
 
-    def __init__(self, config: Path, metrics_dir: Path | None, *args: str) -> None:
+    def __init__(
+        self,
+        config: Path,
+        metrics_dir: Path | None = None,
+        *args: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         if metrics_dir is not None:
             env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
@@ -37,17 +44,18 @@ class Served:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log.read_text()
             try:
-                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
+                if httpx.get(self.url + "/healthz", timeout=0.5).json()["redis"] == "ok":
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         raise AssertionError("serve did not start: " + self.log.read_text())
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """SIGINT, as Ctrl-C; the exit status."""
         self.process.send_signal(signal.SIGINT)
         try:
-            self.process.wait(20)
+            return self.process.wait(20)
         except subprocess.TimeoutExpired:
             self.process.kill()  # not left running for the tests after this one
             self.process.wait(10)
