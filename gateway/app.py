@@ -6,13 +6,14 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from gateway.config import Settings
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
@@ -20,6 +21,7 @@ from gateway.memory.recall import Embedder
 from gateway.memory.service import MemoryService
 from gateway.metrics import MetricsMiddleware
 from gateway.openapi import serve_openapi
+from gateway.operations import SessionOperations
 from gateway.proxy.upstream import Upstream
 from gateway.routes.chat import ChatCompletions
 from gateway.routes.health import Health
@@ -30,6 +32,7 @@ from gateway.store.durability import warn_if_not_durable
 from gateway.store.redis_store import RedisStore, StoreUnavailable
 from gateway.tenancy import Tenants
 from gateway.tokens import TokenCounter
+from gateway.ui.inspector import Inspector
 from gateway.worker import JobRunner, Worker
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,19 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body("internal gateway error", "server_error"), status_code=500)
 
 
+class _Gateway(Starlette):
+    """Starlette with the request middleware (id, metrics, access line) outermost: outside
+    Starlette's own error middleware too, so that the 500 of an unexpected error carries
+    the request id and is counted and logged as a 500."""
+
+    def __init__(self, *, metrics: bool, access_log: bool, **options: Any) -> None:
+        super().__init__(**options)
+        self._request_options = {"metrics": metrics, "access_log": access_log}
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return MetricsMiddleware(super().build_middleware_stack(), **self._request_options)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -87,8 +103,9 @@ def create_app(
     # The memory API is an operator's tool, not the request path: it uses the jobs'
     # store, whose deadline is seconds, not the proxy's 100 ms.
     api_memory = MemoryService(runner.store, tokenizer, settings.memory, embedder)
+    operations = SessionOperations(api_memory, runner)
     memory_api = MemoryAPI(
-        api_memory, runner, tenants, max_body_bytes=settings.server.max_body_bytes
+        api_memory, operations, tenants, max_body_bytes=settings.server.max_body_bytes
     )
 
     @asynccontextmanager
@@ -132,16 +149,18 @@ def create_app(
         Route("/openapi.json", serve_openapi, methods=["GET"]),
         *memory_api.routes(),
     ]
-    middleware = []
     if settings.server.metrics:
         # The backlog is read with the jobs' store: a scrape never takes the request
         # path's connections.
         scrape = MetricsEndpoint(runner.store, settings.server.metrics_token)
         routes.append(Route("/metrics", scrape.handle, methods=["GET"]))
-        middleware.append(Middleware(MetricsMiddleware))
-    return Starlette(
+    if settings.ui.enabled:
+        assert settings.ui.admin_key is not None  # the config refuses /ui without one
+        routes += Inspector(operations, settings.ui.admin_key).routes()
+    return _Gateway(
+        metrics=settings.server.metrics,
+        access_log=settings.server.access_log,
         routes=routes,
-        middleware=middleware,
         exception_handlers={
             GatewayError: _gateway_error,
             StoreUnavailable: _store_unavailable,

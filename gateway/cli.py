@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import logging.config
 import os
+import re
 import shutil
 import signal
 import sys
@@ -18,9 +20,11 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from gateway import commands as operator_commands
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.http_protocol import BoundedHeadProtocol
 from gateway.metrics import MULTIPROC_ENV
+from gateway.request_log import logging_config
 from gateway.store.embedded import EmbeddedRedis
 from gateway.wiring import build_clients
 from gateway.worker import Worker
@@ -68,12 +72,15 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
 
 
 def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
-    # Access logs carry method, path and status only: never bodies or headers.
     # httptools, with the head bounded by server.max_header_bytes (see http_protocol).
+    # Logging as main() sets it up, in every worker process too; uvicorn's access line is
+    # off: the gateway's own (gateway.access, server.access_log) replaces it.
     return {
         "host": host,
         "port": port,
         "log_level": settings.server.log_level,
+        "log_config": logging_config(settings.server.log_level, settings.server.log_format),
+        "access_log": False,
         "http": BoundedHeadProtocol,
         "h11_max_incomplete_event_size": settings.server.max_header_bytes,
     }
@@ -174,7 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.add_argument("--config", default="config/gateway.yaml", help="YAML configuration file")
     check = commands.add_parser("check-config", help="validate a configuration file and exit")
     check.add_argument("file")
+    operator_commands.add_commands(commands)  # import, export, inspect, sessions
     args = parser.parse_args(argv)
+    if args.command in operator_commands.COMMANDS:
+        return operator_commands.run(args)
 
     path = args.file if args.command == "check-config" else args.config
     try:
@@ -183,15 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memory-gateway: invalid configuration: {error}", file=sys.stderr)
         return 2
     if args.command == "check-config":
-        print(f"{path}: OK (preset {settings.memory.preset}, redis {settings.redis.url})")
+        redis = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", settings.redis.url)  # no password
+        print(f"{path}: OK (preset {settings.memory.preset}, redis {redis})")
         return 0
 
-    logging.basicConfig(
-        level=settings.server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    # httpx logs every request line at INFO: one line per chat message is noise.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # server.log_format: JSON lines (or text) on stderr, each with the request's id.
+    logging.config.dictConfig(logging_config(settings.server.log_level, settings.server.log_format))
+    logging.captureWarnings(True)  # a warning is a log line too, not free text on stderr
     if args.command == "worker":
         try:
             _run(_work(settings))

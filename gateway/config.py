@@ -34,6 +34,10 @@ class ServerConfig(_Section):
     require_session: bool = False
     tenant_secret: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # "json": one JSON object a line (uvicorn's lines too); "text": plain lines.
+    log_format: Literal["json", "text"] = "json"
+    # One line per HTTP request on the gateway.access logger (INFO), instead of uvicorn's.
+    access_log: bool = True
     # GET /metrics (Prometheus text). Labels never carry tenants, sessions or content;
     # a token, when set, is required as "Authorization: Bearer <token>".
     metrics: bool = True
@@ -326,6 +330,20 @@ class WorkerConfig(_Section):
     job_shards: int = Field(default=4, gt=0, le=1024)
 
 
+class UIConfig(_Section):
+    """The inspector page at /ui: off unless enabled, and then only with an admin key."""
+
+    enabled: bool = False
+    # The operator's key: it sees every tenant's sessions. Never a tenant's API key.
+    admin_key: str | None = Field(default=None, min_length=16)
+
+    @model_validator(mode="after")
+    def _key_when_enabled(self) -> UIConfig:
+        if self.enabled and not self.admin_key:
+            raise ValueError("ui.admin_key must be set (16 characters or more) to enable /ui")
+        return self
+
+
 class Settings(_Section):
     """The whole configuration file."""
 
@@ -335,6 +353,7 @@ class Settings(_Section):
     memory: MemoryConfig = MemoryConfig()
     summarizer: SummarizerConfig = SummarizerConfig()
     worker: WorkerConfig = WorkerConfig()
+    ui: UIConfig = UIConfig()
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -19,6 +19,7 @@ Latency definitions (all seconds, ``time.perf_counter``):
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway import request_log
 from gateway.memory.model import PROMPT_ROLES
 from gateway.memory.model import Message as ChatMessage
 from gateway.memory.reconcile import Reconciled
@@ -232,39 +234,65 @@ def timer(scope: Scope) -> RequestTimer:
 
 
 class MetricsMiddleware:
-    """Counts each request by route template and status, and observes its timings."""
+    """Per request: its id, its metrics, and its access line; one pure-ASGI layer for all.
 
-    def __init__(self, app: ASGIApp) -> None:
+    The request id (the client's valid ``X-Request-Id``, else a new one) is set for the
+    request's tasks (``request_log``) and returned on every response as
+    ``X-Gateway-Request-Id``. When the response is complete (a stream: after its last
+    byte) the request is counted and timed (``metrics``) and its line is logged on
+    ``gateway.access`` (``access_log``).
+    """
+
+    def __init__(self, app: ASGIApp, *, metrics: bool = True, access_log: bool = True) -> None:
         self.app = app
+        self.metrics = metrics
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request_timer = scope[_TIMER_KEY] = RequestTimer()
+        access_log = self.access_log
+        entry, token = request_log.begin(scope["headers"], logged=access_log)
         status = 0
         headers_sent = 0.0
+        response: dict[str, str] = {}
 
         async def watched_send(message: Message) -> None:
             nonlocal status, headers_sent
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers_sent = time.perf_counter()
+                message["headers"] = _with_request_id(
+                    message.get("headers") or (), entry, response if access_log else None
+                )
             await send(message)
 
-        IN_FLIGHT.inc()
+        if self.metrics:
+            IN_FLIGHT.inc()
         try:
             await self.app(scope, receive, watched_send)
         except BaseException:
             status = status or 500
             raise
         finally:
-            IN_FLIGHT.dec()
-            _observe(scope, request_timer, status or 499, headers_sent)
+            try:
+                if self.metrics:
+                    IN_FLIGHT.dec()
+                    _observe(scope, request_timer, status or 499, headers_sent)
+                if access_log and request_log.ACCESS.isEnabledFor(logging.INFO):
+                    _log_access(scope, entry, request_timer, status or 499, headers_sent, response)
+            finally:
+                request_log.end(token)
+
+
+def _route(scope: Scope) -> str:
+    return getattr(scope.get("route"), "path", None) or "unmatched"
 
 
 def _observe(scope: Scope, request_timer: RequestTimer, status: int, headers_sent: float) -> None:
-    route = getattr(scope.get("route"), "path", None) or "unmatched"
+    route = _route(scope)
     _child(REQUESTS, route, scope["method"], str(status)).inc()
     started, ready = request_timer.upstream_started, request_timer.upstream_ready
     if not started:
@@ -276,6 +304,55 @@ def _observe(scope: Scope, request_timer: RequestTimer, status: int, headers_sen
         if headers_sent:
             added = headers_sent - request_timer.received - (ready - started)
             _child(ADDED_LATENCY, route).observe(max(added, 0.0))
+
+
+# Response headers the access line reports: the upstream's id for the request (OpenAI's
+# ``x-request-id``, relayed unchanged) and the memory status the client was told.
+_LOGGED_HEADERS = {b"x-request-id": "upstream_request_id", b"x-memory-status": "memory_status"}
+
+
+def _with_request_id(
+    headers: Any, entry: request_log.RequestLog, logged: dict[str, str] | None
+) -> list[tuple[bytes, bytes]]:
+    """The response's headers with the request id added (one relayed from an upstream
+    gateway would name another request: dropped); the logged ones read on the way."""
+    out = []
+    for name, value in headers:
+        if name == request_log.RESPONSE_HEADER:
+            continue
+        if logged is not None:
+            field = _LOGGED_HEADERS.get(name)
+            if field is not None:
+                logged[field] = value[:128].decode("latin-1")
+        out.append((name, value))
+    out.append((request_log.RESPONSE_HEADER, entry.header))
+    return out
+
+
+def _log_access(
+    scope: Scope,
+    entry: request_log.RequestLog,
+    request_timer: RequestTimer,
+    status: int,
+    headers_sent: float,
+    response: dict[str, str],
+) -> None:
+    """The access line, with the timings the metrics observe (in milliseconds)."""
+    ended = time.perf_counter()
+    line: dict[str, Any] = {
+        "request_id": entry.request_id,
+        "method": scope["method"],
+        "route": _route(scope),
+        "status": status,
+        "duration_ms": round((ended - request_timer.received) * 1000, 3),
+    }
+    started, ready = request_timer.upstream_started, request_timer.upstream_ready
+    if started:
+        if ready and headers_sent:
+            added = headers_sent - request_timer.received - (ready - started)
+            line["added_ms"] = round(max(added, 0.0) * 1000, 3)
+        line["upstream_ms"] = round((ended - started) * 1000, 3)
+    request_log.access_line(entry, line, response)
 
 
 # --- exposition ---

@@ -195,7 +195,23 @@ _COMPONENTS: dict[str, Schema] = {
         "importance": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
         "source_index": _nullable({"type": "integer", "minimum": 1, "maximum": 2**53}),
     }),
+    "PinEditBody": _object([], {
+        "content": {"type": "string", "minLength": 1, "maxLength": 4000},
+        "importance": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
+    }),
     "Session": _session_view(),
+    "ListedSession": _object(
+        ["session_id", "user_id", "message_count", "turns", "created", "updated", "ended",
+         "bytes"],
+        {"session_id": {"type": "string"}, "user_id": _nullable({"type": "string"}),
+         "message_count": {"type": "integer", "minimum": 0},
+         "turns": {"type": "integer", "minimum": 0},
+         "created": _nullable({"type": "number"}), "updated": {"type": "number"},
+         "ended": {"type": "boolean"}, "bytes": _nullable({"type": "integer"})}),
+    "StoredReceipt": _object(["request_id", "at", "model", "client_tokens", "receipt"], {
+        "request_id": _nullable({"type": "string"}), "at": {"type": "number"},
+        "model": {"type": "string"}, "client_tokens": {"type": "integer"},
+        "receipt": {"type": "object"}}),
 }  # fmt: skip
 
 _HEADERS = [
@@ -217,6 +233,17 @@ PATHS: dict[str, dict[str, Any]] = {
             "200": {"description": "the upstream's answer, JSON or an SSE stream"},
             **_errors("400", "413", "502", "503", "504"),
         },
+    }},
+    "/memory/sessions": {"get": {
+        "summary": "The caller's sessions, newest activity first",
+        "parameters": [
+            {"name": "search", "in": "query", "required": False, "schema": _ID,
+             "description": "a part of the session id"},
+            {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
+        "responses": {**_ok(_object(["sessions"], {
+            "sessions": {"type": "array", "items": _ref("ListedSession")}})),
+            **_errors(*_API_ERRORS)},
     }},
     _SESSION_PATH: {
         "parameters": [_SESSION],
@@ -257,9 +284,20 @@ PATHS: dict[str, dict[str, Any]] = {
                  "responses": {**_ok(_ref("Pin"), "201", "pinned"),
                                **_errors("404", "413", *_API_ERRORS)}},
     },
-    _SESSION_PATH + "/pins/{pin_id}": {"parameters": [_SESSION, _PIN], "delete": {
-        "summary": "Remove a pin", "responses": {**_NO_CONTENT, **_errors("404", *_API_ERRORS)},
+    _SESSION_PATH + "/receipts": {"parameters": [_SESSION], "get": {
+        "summary": "The receipts of the session's last recorded turns, newest first",
+        "responses": {**_ok(_object(["receipts"], {
+            "receipts": {"type": "array", "items": _ref("StoredReceipt")}})),
+            **_errors("404", *_API_ERRORS)},
     }},
+    _SESSION_PATH + "/pins/{pin_id}": {
+        "parameters": [_SESSION, _PIN],
+        "patch": {"summary": "Change a pin's content or importance",
+                  "requestBody": _json_body(_ref("PinEditBody")),
+                  "responses": {**_ok(_ref("Pin")), **_errors("404", "413", *_API_ERRORS)}},
+        "delete": {"summary": "Remove a pin",
+                   "responses": {**_NO_CONTENT, **_errors("404", *_API_ERRORS)}},
+    },
     _SESSION_PATH + "/end": {"parameters": [_SESSION], "post": {
         "summary": "Close the session: pending jobs run, the final summary is kept",
         "responses": {**_ok(_session_view(flushed_jobs={"type": "integer"})),

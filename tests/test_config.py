@@ -298,3 +298,15 @@ def test_job_shards_are_bounded() -> None:
     assert parse_settings({}, environ={}).worker.job_shards == 4
     with pytest.raises(ConfigError, match="job_shards"):
         parse_settings({"worker": {"job_shards": 0}}, environ={})
+
+
+def test_check_config_never_prints_the_redis_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.cli import main
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text('redis: {url: "redis://user:s3cret-pw@localhost:6379/0"}\n')
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "s3cret-pw" not in out and "redis://user:***@localhost:6379/0" in out

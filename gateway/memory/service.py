@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +22,8 @@ from gateway.memory.model import Message, Pin, SessionState
 from gateway.memory.recent import Recent, RecentSet
 from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
+from gateway.metrics import tokens_sent
+from gateway.request_log import current_request_id
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import (
     Archive,
@@ -66,6 +69,20 @@ class Turn:
     model: str
     messages: tuple[Message, ...]  # as the client sent them: planned again if the tail moved
     siblings: tuple[str, ...] | None = None  # the user's sessions, when the load read them
+
+
+def _stored_receipt(turn: Turn, now: float) -> str:
+    """What the inspector shows of a recorded turn: what was forwarded, per tier, under
+    which request id (the id of the request's log line and response header)."""
+    return json.dumps(
+        {
+            "request_id": current_request_id(),
+            "at": now,
+            "model": turn.model,
+            "client_tokens": tokens_sent(turn.messages, turn.plan),
+            "receipt": turn.context.receipt.to_json(),
+        }
+    )
 
 
 def session_keys(identity: Identity) -> SessionKeys:
@@ -307,6 +324,7 @@ class MemoryService:
         """
         (answer,) = self._counted((answer,), turn.model, {})
         plan, state = turn.plan, turn.state
+        receipt = _stored_receipt(turn, now)
         for attempt in range(RECORD_ATTEMPTS):
             try:
                 await self._append(
@@ -318,6 +336,7 @@ class MemoryService:
                     truncate_to=plan.truncate_to,
                     expected_count=plan.expected_count,
                     siblings=turn.siblings if state is turn.state else None,
+                    receipt=receipt,
                 )
                 return
             except TailMoved:
@@ -348,6 +367,7 @@ class MemoryService:
         truncate_to: int | None = None,
         expected_count: int | None = None,
         siblings: tuple[str, ...] | None = None,
+        receipt: str | None = None,
     ) -> SessionState:
         """Record ``messages`` after the ``stored`` state, with the jobs and pins they make
         due, in one round trip when the log is as ``stored`` says (see ``Predicted``).
@@ -373,6 +393,7 @@ class MemoryService:
             index=self.composition.recall is not None,
             predicted=expected,
             joining=self._joining(keys, user, stored, siblings, now),
+            receipt=receipt,
         )
         users = sum(1 for m in stamped if m.role == "user")
         if not recorded.predicted:  # another turn landed in between: the real indexes

@@ -15,6 +15,8 @@ Lines that are not SSE fields and comments are ignored, as the SSE spec (and the
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.memory.model import Message
 from gateway.proxy.accumulate import StreamAccumulator
 from gateway.proxy.sse import SSEDecoder
@@ -55,6 +57,11 @@ class StreamWatch:
 
     def message(self) -> Message:
         return self._answer.message()
+
+    @property
+    def usage(self) -> Any:
+        """The ``usage`` of the stream's usage chunk (``stream_options.include_usage``)."""
+        return self._answer.usage
 
 
 def split_at_done(chunk: bytes) -> tuple[bytes, bytes]:

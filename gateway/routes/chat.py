@@ -12,12 +12,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import codec, metrics
+from gateway import codec, metrics, request_log
 from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request
 from gateway.config import Settings
 from gateway.errors import (
@@ -86,11 +87,17 @@ class ChatCompletions:
         mode = memory_mode(request.headers)
         user_id = header_id(request.headers, "X-User-Id")
         chat = parse_chat_request(body)
+        request_log.note(
+            session_id=session_id, memory_mode=mode.value, model=chat.model, stream=chat.stream
+        )
+        if user_id is not None:
+            request_log.note(user_id=user_id)
         if mode is MemoryMode.OFF:
             return await self.passthrough.forward(request, body=body, extra=_MEMORY_OFF)
 
         try:
             tenant = await self.tenants.tenant_of(request.headers)
+            request_log.note(tenant=tenant)  # a keyed hash of the key, never the key
             identity = Identity(tenant, session_id, user_id, mode)
             turn = await self.memory.prepare(identity, chat.messages, chat.model)
         except StoreUnavailable as error:
@@ -111,6 +118,7 @@ class ChatCompletions:
         return await self._forward(request, chat, turn)
 
     async def _forward(self, request: Request, chat: ChatRequest, turn: Turn) -> Response:
+        receipt = turn.context.receipt
         content = codec.dumps({**chat.body, "messages": turn.context.openai_messages()})
         headers = request_headers(
             request.headers.items(),
@@ -127,12 +135,17 @@ class ChatCompletions:
         )
         memory_headers = {
             "x-memory-status": "ok",
-            "x-memory-context-tokens": str(turn.context.receipt.total_tokens),
-            "x-memory-receipt": turn.context.receipt.header(),
+            "x-memory-context-tokens": str(receipt.total_tokens),
+            "x-memory-receipt": receipt.header(),
         }
         record = turn.identity.mode is MemoryMode.ON
-        metrics.tokens(
-            metrics.tokens_sent(chat.messages, turn.plan), turn.context.receipt.total_tokens
+        client_tokens = metrics.tokens_sent(chat.messages, turn.plan)
+        metrics.tokens(client_tokens, receipt.total_tokens)
+        request_log.note(
+            tokens_in=client_tokens,
+            tokens_context=receipt.total_tokens,
+            tiers=receipt.tiers,
+            recalled=len(receipt.recalled),
         )
         timer = metrics.timer(request.scope)
         timer.upstream_sent()
@@ -159,10 +172,7 @@ class ChatCompletions:
                 code="upstream_not_streaming",
             )
         return streamed(
-            upstream,
-            self._relay(upstream, turn if record else None),
-            decoded=True,
-            extra=memory_headers,
+            upstream, self._relay(upstream, turn, record), decoded=True, extra=memory_headers
         )
 
     async def _complete(
@@ -184,20 +194,23 @@ class ChatCompletions:
             await close_quietly(upstream)
         timer.upstream_answered()  # the whole answer: it is relayed only once read
         headers = dict(memory_headers)
-        if upstream.status_code == 200 and record:
+        if upstream.status_code == 200:
             try:
-                answer = message_from_completion(codec.loads(raw))
+                completion = codec.loads(raw)
             except ValueError:
-                answer = None
-            if answer is not None and not await self._record(turn, answer):
+                completion = None
+            answer = message_from_completion(completion)
+            if record and answer is not None and not await self._record(turn, answer):
                 headers["x-memory-status"] = "degraded"
+            usage = completion.get("usage") if isinstance(completion, dict) else None
+            self._answered(turn, answer, usage)
         response = Response(raw, status_code=upstream.status_code)
         response.raw_headers = raw_headers(upstream, decoded=True, extra=headers)
         response.headers["content-length"] = str(len(raw))  # the decoded body's length
         return response
 
     async def _relay(
-        self, upstream: UpstreamResponse, turn: Turn | None
+        self, upstream: UpstreamResponse, turn: Turn, record: bool
     ) -> AsyncGenerator[bytes, None]:
         """Pass the stream through chunk by chunk while watching it for a clean end.
 
@@ -217,7 +230,7 @@ class ChatCompletions:
                     before, done = split_at_done(chunk)
                     if before:
                         yield before
-                    await self._record_watched(turn, watch)
+                    await self._record_watched(turn if record else None, watch)
                     chunk = done
                 yield chunk
             watch.close()
@@ -232,7 +245,7 @@ class ChatCompletions:
                     "upstream_stream_incomplete",
                 )
             elif not recorded:
-                await self._record_watched(turn, watch)
+                await self._record_watched(turn if record else None, watch)
         except UpstreamStreamBroken as error:
             # Headers are gone: report in-band, and no [DONE] so the client knows.
             log.warning("upstream stream ended abnormally: %s", error)
@@ -240,6 +253,8 @@ class ChatCompletions:
             metrics.stream_error(code)
             yield sse_error_event(str(error), "upstream_error", code)
         finally:
+            # What was relayed, however the stream ended (a client that left included).
+            self._answered(turn, watch.message(), watch.usage)
             await close_quietly(upstream)
 
     async def _record_watched(self, turn: Turn | None, watch: StreamWatch) -> None:
@@ -267,5 +282,33 @@ class ChatCompletions:
             # resends its history will bring the turn back (see reconcile).
             log.warning("turn not recorded: %s", error)
             metrics.degraded("record_failed")
+            # A stream's header said "ok" before this: its access line says what happened.
+            request_log.note(memory_status="degraded")
             return False
         return True
+
+    def _answered(self, turn: Turn, answer: Message | None, usage: Any) -> None:
+        """The answer's tokens on the access line (the upstream's count when it gave one)
+        and, with content logging on (``gateway.content`` at DEBUG), the turn's content."""
+        if request_log.collecting():
+            tokens = _completion_tokens(usage)
+            if tokens is not None:
+                request_log.note(tokens_out=tokens)
+            elif answer is not None:
+                # Counted once the client has the whole response (a recorded answer's
+                # text was counted by the record: cache hits, mostly).
+                counter, model = self.memory.counter, turn.model
+                request_log.after_response(
+                    lambda: request_log.note(
+                        tokens_out=counter.count_payload(answer.to_openai(), model)
+                    )
+                )
+        if answer is not None and request_log.content_enabled():
+            request_log.log_content(
+                turn.identity.session_id, turn.context.openai_messages(), answer.to_openai()
+            )
+
+
+def _completion_tokens(usage: Any) -> int | None:
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

@@ -14,6 +14,11 @@ would otherwise break the tag; the ids themselves are kept in the meta hash.
     mg:{t.s}:lease    STRING  the runner working on the session's jobs (expires)
     mg:{t.s}:index    HASH    term -> "<df>|<index>:<tf>:<length>,…" (recall's postings)
     mg:{t.s}:vectors  HASH    message index -> float32 embedding (optional reranking)
+    mg:{t.s}:receipts ZSET    the last recorded turns' receipts (JSON) by time: what was
+                              forwarded, per tier, and under which request id
+    mg:{t.i<n>}:sessions ZSET shard n of a tenant's sessions: session id -> last activity
+                              (the inspector's and ``GET /memory/sessions``' list)
+    mg:tenants:{t<n>} ZSET    shard n of the tenants: tenant id -> last activity
     mg:{t.u}:sessions SET     session ids of one user
     mg:{t.u}:history  LIST    the user's last ended sessions: final summary and facts
     mg:{t.u}:profile  STRING  cross-session summary and facts built from the history
@@ -33,6 +38,9 @@ from functools import lru_cache
 PREFIX = "mg"
 TENANT_SECRET_KEY = f"{PREFIX}:tenant-secret"
 JOB_GROUP = "summarizers"
+# The tenant and session indexes are written on every turn: sharded, so that on a cluster
+# no one master takes every tenant's (or a big tenant's every) write.
+INDEX_SHARDS = 16
 
 
 @lru_cache(maxsize=4096)
@@ -84,11 +92,51 @@ class SessionKeys:
     def vectors(self) -> str:
         return f"{PREFIX}:{self.tag}:vectors"
 
+    @property
+    def receipts(self) -> str:
+        return f"{PREFIX}:{self.tag}:receipts"
+
+    @property
+    def listed_in(self) -> str:
+        """The tenant's session index shard that lists this session."""
+        return TenantKeys(self.tenant).sessions(index_shard(self.session_id))
+
+    @property
+    def tenant_listed_in(self) -> str:
+        """The tenants index shard that lists this session's tenant."""
+        return tenants_index(index_shard(self.session_id))
+
     def all(self) -> tuple[str, ...]:
         return (
             self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.index,
-            self.vectors,
+            self.vectors, self.receipts,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TenantKeys:
+    """Key builders for one tenant's index of its sessions."""
+
+    tenant: str
+
+    def sessions(self, shard: int) -> str:
+        return f"{PREFIX}:{{{self.tenant}.i{shard}}}:sessions"
+
+    def all_sessions(self) -> tuple[str, ...]:
+        return tuple(self.sessions(shard) for shard in range(INDEX_SHARDS))
+
+
+def tenants_index(shard: int) -> str:
+    """Shard ``shard`` of the index of tenants."""
+    return f"{PREFIX}:tenants:{{t{shard}}}"
+
+
+def all_tenants_indexes() -> tuple[str, ...]:
+    return tuple(tenants_index(shard) for shard in range(INDEX_SHARDS))
+
+
+def index_shard(session_id: str) -> int:
+    return int(_digest(session_id)[:8], 16) % INDEX_SHARDS
 
 
 @dataclass(frozen=True, slots=True)

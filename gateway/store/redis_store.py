@@ -27,6 +27,7 @@ from gateway import codec, metrics
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recall import index_entries, indexed_length
+from gateway.store import catalog
 from gateway.store.cluster import ClusterConnections
 from gateway.store.connections import Connections
 from gateway.store.keys import (
@@ -490,12 +491,14 @@ class RedisStore:
         # arguments); never connects: ``_connections`` sends them.
         self._commands = redis.Redis()
 
-    async def _bounded(
+    async def bounded(
         self,
         call: Callable[[], Awaitable[T]],
         timeout_s: float | None = None,
         op: Callable[..., Any] | None = None,  # names the operation in metrics (else call)
     ) -> T:
+        """``call`` under the store's deadline; its failure is ``StoreUnavailable``. Also
+        for the store's own modules (``catalog``) that build on this connection."""
         started = time.perf_counter()
         deadline = timeout_s or self.timeout_s
         try:
@@ -508,7 +511,7 @@ class RedisStore:
         finally:
             metrics.redis_call(op or call, started)
 
-    async def _pipeline(
+    async def pipeline(
         self, build: Callable[[Any], None], timeout_s: float | None = None
     ) -> list[Any]:
         """One round trip of several commands (not a transaction)."""
@@ -519,10 +522,10 @@ class RedisStore:
                 replies: list[Any] = await pipe.execute()
                 return replies
 
-        return await self._bounded(run, timeout_s, op=build)
+        return await self.bounded(run, timeout_s, op=build)
 
     async def ping(self, timeout_s: float | None = None) -> None:
-        await self._bounded(self.client.ping, timeout_s)
+        await self.bounded(self.client.ping, timeout_s)
 
     async def server_config(
         self, names: Sequence[str], timeout_s: float | None = None
@@ -539,11 +542,11 @@ class RedisStore:
                 return None
             return found
 
-        return await self._bounded(read, timeout_s)
+        return await self.bounded(read, timeout_s)
 
     async def server_info(self, timeout_s: float | None = None) -> dict[str, Any]:
         """``INFO`` (every section): what a Redis that refuses CONFIG still tells."""
-        return dict(await self._bounded(self.client.info, timeout_s))
+        return dict(await self.bounded(self.client.info, timeout_s))
 
     async def tenant_secret(self, timeout_s: float | None = None) -> bytes:
         """The key of the tenant hash, created once and shared by every replica."""
@@ -555,7 +558,7 @@ class RedisStore:
                 raise StoreUnavailable("tenant secret vanished")
             return value.encode() if isinstance(value, str) else bytes(value)
 
-        return await self._bounded(get_or_create, timeout_s)
+        return await self.bounded(get_or_create, timeout_s)
 
     # --- the request path ---
 
@@ -656,7 +659,7 @@ class RedisStore:
             for index in indexes:
                 pipe.lindex(keys.log, index - 1)
 
-        raw = await self._pipeline(build) if indexes else []
+        raw = await self.pipeline(build) if indexes else []
         return [Message.from_json(r, i) for i, r in zip(indexes, raw, strict=True) if r]
 
     async def save_vectors(self, keys: SessionKeys, vectors: dict[int, bytes]) -> bool:
@@ -664,25 +667,25 @@ class RedisStore:
         args: list[Any] = [self.retention_s]
         for index, vector in vectors.items():
             args += [str(index), vector]
-        written = await self._bounded(
+        written = await self.bounded(
             lambda: self._save_vectors(keys=[keys.meta, keys.vectors], args=args)
         )
         return bool(written)
 
     async def vectors(self, keys: SessionKeys, indexes: Sequence[int]) -> dict[int, bytes]:
-        raw: Any = await self._bounded(
+        raw: Any = await self.bounded(
             lambda: self.client.hmget(keys.vectors, [str(i) for i in indexes])
         )
         return {i: v for i, v in zip(indexes, raw, strict=True) if v}
 
     async def user_history(self, user: UserKeys) -> list[dict[str, Any]]:
-        raw = await self._bounded(lambda: self.client.lrange(user.history, 0, -1))
+        raw = await self.bounded(lambda: self.client.lrange(user.history, 0, -1))
         return [json.loads(item) for item in raw]
 
     async def idle_sessions(self, user: UserKeys, *, idle_before: float, exclude: str) -> list[str]:
         """The user's sessions, still open, with no activity since ``idle_before``."""
         sessions = [s for s in await self.user_sessions(user) if s != exclude]
-        found = await self._pipeline(lambda pipe: _ask_idle(pipe, user, sessions))
+        found = await self.pipeline(lambda pipe: _ask_idle(pipe, user, sessions))
         return list(_idle(sessions, found, idle_before)) if sessions else []
 
     async def save_user_history(
@@ -698,7 +701,7 @@ class RedisStore:
             for key in (user.history, user.profile):
                 pipe.expire(key, self.retention_s)
 
-        await self._pipeline(build)
+        await self.pipeline(build)
 
     async def record(
         self,
@@ -712,13 +715,15 @@ class RedisStore:
         index: bool = True,
         predicted: Predicted | None = None,
         joining: Joining | None = None,
+        receipt: str | None = None,
     ) -> Recorded:
         """Append messages atomically, numbering them (and indexing them for recall).
 
         In the same round trip: the ``predicted`` jobs and pins (written only where the
         append lands as predicted: ``Recorded.predicted``), the notices of those jobs, and
-        the session ``joining`` its user's index. A notice whose job was not written is
-        harmless: a worker finds no such pending job and acknowledges it.
+        the session ``joining`` its user's index, and the catalog's writes (the session and
+        its tenant listed as active, this turn's ``receipt`` kept). A notice whose job was
+        not written is harmless: a worker finds no such pending job and acknowledges it.
 
         Raises ``TailMoved`` when ``expected_count`` is given and the log has another length.
         """
@@ -751,6 +756,7 @@ class RedisStore:
             if joining is not None:
                 self._add_user_session(pipe, joining.user, keys.session_id)
                 _ask_idle(pipe, joining.user, joining.siblings)
+            catalog.write_turn(pipe, keys, now=now, retention_s=self.retention_s, receipt=receipt)
 
         # Only the script must succeed: the turn is recorded when it did. The rest may
         # have gone to other masters (a cluster): a notice lost with its master leaves
@@ -762,7 +768,8 @@ class RedisStore:
             raise TailMoved(f"expected {expected_count} messages, found {count}")
         idle: tuple[str, ...] = ()
         if joining is not None:
-            indexed, found = replies[1 + len(jobs) : 3 + len(jobs)], replies[3 + len(jobs) :]
+            at = 3 + len(jobs)
+            indexed, found = replies[at - 2 : at], replies[at : at + len(joining.siblings)]
             if any(isinstance(reply, Exception) for reply in indexed):
                 await self.index_user_session(joining.user, keys.session_id)
             if not any(isinstance(reply, Exception) for reply in found):
@@ -794,10 +801,10 @@ class RedisStore:
         async def run() -> list[Any]:
             return await self._connections.execute(commands)
 
-        replies = await self._bounded(run, op=build)
+        replies = await self.bounded(run, op=build)
         if any(isinstance(reply, NoScriptError) for reply in replies):
             await self._load_scripts()
-            replies = await self._bounded(run, op=build)
+            replies = await self.bounded(run, op=build)
         for reply in replies[:needed]:
             if isinstance(reply, Exception):
                 raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
@@ -807,13 +814,13 @@ class RedisStore:
         """Start-up: the request path's scripts loaded and its connections open, so that
         a burst of first requests pays for neither inside its deadline."""
         await self._load_scripts(timeout_s)
-        await self._bounded(self._connections.warm, timeout_s)
+        await self.bounded(self._connections.warm, timeout_s)
 
     async def _load_scripts(self, timeout_s: float | None = None) -> None:
         """Into an emptied script cache (a restart, SCRIPT FLUSH, a replica promoted in a
         cluster: scripts are not replicated), one round trip to each server."""
         commands = [("SCRIPT", "LOAD", script.script) for script in self._scripts]
-        await self._bounded(lambda: self._connections.per_server(commands), timeout_s)
+        await self.bounded(lambda: self._connections.per_server(commands), timeout_s)
 
     async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """Remember the session's pending jobs and notify the workers (one round trip)."""
@@ -823,7 +830,7 @@ class RedisStore:
             pipe.expire(keys.jobs, self.retention_s)
             self._announce(pipe, keys, jobs)
 
-        await self._pipeline(build)
+        await self.pipeline(build)
 
     def _announce(self, pipe: Any, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """The notices of a session's jobs, after the commands that made them pending."""
@@ -833,7 +840,7 @@ class RedisStore:
             pipe.xadd(stream, notice, maxlen=STREAM_MAXLEN, approximate=True)
 
     async def index_user_session(self, user: UserKeys, session_id: str) -> None:
-        await self._pipeline(lambda pipe: self._add_user_session(pipe, user, session_id))
+        await self.pipeline(lambda pipe: self._add_user_session(pipe, user, session_id))
 
     def _add_user_session(self, pipe: Any, user: UserKeys, session_id: str) -> None:
         pipe.sadd(user.sessions, session_id)
@@ -848,14 +855,14 @@ class RedisStore:
             pipe.llen(keys.log)
             pipe.lrange(keys.log, -n, -1)
 
-        count, raw = await self._pipeline(build)
+        count, raw = await self.pipeline(build)
         first = count - len(raw) + 1
         return int(count), [Message.from_json(r, first + i) for i, r in enumerate(raw)]
 
     async def messages(self, keys: SessionKeys, start: int, end: int) -> list[Message]:
         """Messages ``start``..``end`` (1-based, inclusive); ``end`` -1 means the last."""
         stop = end - 1 if end > 0 else -1
-        raw = await self._bounded(lambda: self.client.lrange(keys.log, start - 1, stop))
+        raw = await self.bounded(lambda: self.client.lrange(keys.log, start - 1, stop))
         return [Message.from_json(item, start + i) for i, item in enumerate(raw)]
 
     async def job_state(self, keys: SessionKeys) -> tuple[bool, Tiers, list[Job]]:
@@ -866,7 +873,7 @@ class RedisStore:
             pipe.get(keys.tiers)
             pipe.hvals(keys.jobs)
 
-        exists, tiers, raw_jobs = await self._pipeline(build)
+        exists, tiers, raw_jobs = await self.pipeline(build)
         jobs = sorted(
             (Job.from_data(json.loads(j)) for j in raw_jobs), key=lambda j: (j.trigger, j.id)
         )
@@ -878,41 +885,42 @@ class RedisStore:
         """Compare-and-set: 1 written, 0 someone wrote first, -1 the session is gone."""
         args: list[Any] = [expected_version, tiers.to_json(), job.id, self.retention_s]
         keys_ = [keys.meta, keys.tiers, keys.jobs]
-        return int(await self._bounded(lambda: self._write_tiers(keys=keys_, args=args)))
+        return int(await self.bounded(lambda: self._write_tiers(keys=keys_, args=args)))
 
     async def take_lease(self, keys: SessionKeys, holder: str, ttl_ms: int) -> bool:
         """One runner at a time per session: no duplicate summarizer calls, jobs in order."""
-        taken = await self._bounded(lambda: self.client.set(keys.lease, holder, nx=True, px=ttl_ms))
+        taken = await self.bounded(lambda: self.client.set(keys.lease, holder, nx=True, px=ttl_ms))
         return bool(taken)
 
     async def release_lease(self, keys: SessionKeys, holder: str) -> None:
-        await self._bounded(lambda: self._release(keys=[keys.lease], args=[holder]))
+        await self.bounded(lambda: self._release(keys=[keys.lease], args=[holder]))
 
     async def finish_job(self, keys: SessionKeys, job: Job) -> None:
-        await self._bounded(lambda: self.client.hdel(keys.jobs, job.id))
+        await self.bounded(lambda: self.client.hdel(keys.jobs, job.id))
 
     async def add_pin(self, keys: SessionKeys, pin: Pin) -> None:
         def build(pipe: Any) -> None:
             pipe.hset(keys.pins, pin.id, json.dumps(pin.to_data()))
             pipe.expire(keys.pins, self.retention_s)
 
-        await self._pipeline(build)
+        await self.pipeline(build)
 
     async def delete_pin(self, keys: SessionKeys, pin_id: str) -> bool:
-        return bool(await self._bounded(lambda: self.client.hdel(keys.pins, pin_id)))
+        return bool(await self.bounded(lambda: self.client.hdel(keys.pins, pin_id)))
 
     async def meta(self, keys: SessionKeys) -> dict[str, str]:
-        raw: Any = await self._bounded(lambda: self.client.hgetall(keys.meta))
+        raw: Any = await self.bounded(lambda: self.client.hgetall(keys.meta))
         return {k.decode(): v.decode() for k, v in raw.items()}
 
     async def end_session(self, keys: SessionKeys, now: float) -> bool:
         """Mark the session ended; False when it no longer exists (erased meanwhile)."""
-        return bool(await self._bounded(lambda: self._end(keys=[keys.meta], args=[repr(now)])))
+        return bool(await self.bounded(lambda: self._end(keys=[keys.meta], args=[repr(now)])))
 
     async def erase_session(self, keys: SessionKeys) -> bool:
         """Delete every key of the session, and what its user's memory holds of it."""
         meta = await self.meta(keys)
-        deleted: int = await self._bounded(lambda: self.client.delete(*keys.all()))
+        deleted: int = await self.bounded(lambda: self.client.delete(*keys.all()))
+        await self.pipeline(lambda pipe: catalog.forget_session(pipe, keys))
         if meta.get("user_id"):
             await self.forget_user_session(UserKeys(keys.tenant, meta["user_id"]), keys.session_id)
         return bool(deleted)
@@ -921,7 +929,7 @@ class RedisStore:
         """Drop a session from its user's index and history. The profile was merged from
         it and cannot be un-merged: it goes too, and the user's next ended session
         rebuilds it from the history that is left."""
-        raw: Any = await self._bounded(lambda: self.client.lrange(user.history, 0, -1))
+        raw: Any = await self.bounded(lambda: self.client.lrange(user.history, 0, -1))
         entries = [e for e in raw if json.loads(e).get("session_id") == session_id]
 
         def build(pipe: Any) -> None:
@@ -931,17 +939,17 @@ class RedisStore:
             if entries:
                 pipe.delete(user.profile)
 
-        await self._pipeline(build)
+        await self.pipeline(build)
 
     async def user_sessions(self, user: UserKeys) -> list[str]:
-        raw: Any = await self._bounded(lambda: self.client.smembers(user.sessions))
+        raw: Any = await self.bounded(lambda: self.client.smembers(user.sessions))
         return sorted(item.decode() for item in raw)
 
     async def erase_user(self, user: UserKeys) -> int:
         sessions = await self.user_sessions(user)
         for session_id in sessions:
             await self.erase_session(SessionKeys(user.tenant, session_id))
-        await self._bounded(lambda: self.client.delete(*user.all()))
+        await self.bounded(lambda: self.client.delete(*user.all()))
         return len(sessions)
 
     # --- the job stream ---
@@ -954,13 +962,13 @@ class RedisStore:
                 if "BUSYGROUP" not in str(error):  # the group exists: fine
                     raise
 
-        await self._bounded(create)
+        await self.bounded(create)
 
     async def read_jobs(
         self, shard: int, consumer: str, *, count: int, block_ms: int
     ) -> list[JobNotice]:
         stream = job_stream(shard)
-        raw: Any = await self._bounded(
+        raw: Any = await self.bounded(
             lambda: self.client.xreadgroup(
                 JOB_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
             ),
@@ -974,7 +982,7 @@ class RedisStore:
         self, shard: int, consumer: str, *, min_idle_ms: int, count: int
     ) -> list[JobNotice]:
         """Take over jobs a crashed consumer read but never acknowledged."""
-        result: Any = await self._bounded(
+        result: Any = await self.bounded(
             lambda: self.client.xautoclaim(
                 job_stream(shard), JOB_GROUP, consumer, min_idle_ms, start_id="0-0", count=count
             )
@@ -988,7 +996,7 @@ class RedisStore:
             pipe.xack(stream, JOB_GROUP, notice.entry_id)
             pipe.xdel(stream, notice.entry_id)
 
-        await self._pipeline(build)
+        await self.pipeline(build)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -149,7 +149,7 @@ def test_memory_api_under_schemathesis(fuzz_target: tuple[ServerThread, RedisPro
             one()
 
     print(tally.report("schemathesis, memory API"), file=sys.stderr)
-    assert len(operations) == 12
+    assert len(operations) == 15
     assert max(tally.statuses) < 500
     assert any(s < 300 for s in tally.statuses) and any(400 <= s < 500 for s in tally.statuses)
     assert_no_garbage(redis, tally.accepted)
@@ -378,12 +378,14 @@ def test_chat_completions_under_hypothesis(fuzz_target: tuple[ServerThread, Redi
 
 # --- no stored garbage --------------------------------------------------------------
 
-_KEY = re.compile(rb"^mg:\{([0-9a-f]+)\.(u?)([0-9a-f]+)\}:([a-z]+)$")
+_KEY = re.compile(rb"^mg:\{([0-9a-f]+)\.([ui]?)([0-9a-f]+)\}:([a-z]+)$")
+_TENANTS = re.compile(rb"^mg:tenants:\{t[0-9]+\}$")
 
 
 def assert_no_garbage(redis: RedisProcess, accepted: set[tuple[str, str]]) -> None:
     """Only sessions that got a 2xx are stored, and every stored message is well-formed."""
     tags = {SessionKeys(t, sid).tag.encode(): sid for t, sid in accepted}
+    tenants = {t for t, _ in accepted}
     with redis.client() as client:
         assert not find_secrets(redis_dump(client), list(KEYS)), "bearer key stored"
         for key in client.scan_iter(count=1000):
@@ -391,11 +393,18 @@ def assert_no_garbage(redis: RedisProcess, accepted: set[tuple[str, str]]) -> No
                 for _, notice in client.xrange(key):
                     assert (notice[b"tenant"].decode(), notice[b"sid"].decode()) in accepted
                 continue
+            if _TENANTS.match(key):  # the catalog's index of tenants
+                assert {m.decode() for m in client.zrange(key, 0, -1)} <= tenants, key
+                continue
             match = _KEY.match(key)
             assert match, f"a key outside the schema: {key!r}"
-            tenant_hex, is_user, _, kind = match.groups()
+            tenant_hex, kind_of_tag, _, kind = match.groups()
             tag = b"{" + key.split(b"{", 1)[1].split(b"}", 1)[0] + b"}"
-            if is_user:
+            if kind_of_tag == b"i":  # the catalog's index of a tenant's sessions
+                members = {(tenant_hex.decode(), m.decode()) for m in client.zrange(key, 0, -1)}
+                assert members <= accepted, key
+                continue
+            if kind_of_tag == b"u":
                 members = client.smembers(key) if kind == b"sessions" else set()
                 assert {(tenant_hex.decode(), m.decode()) for m in members} <= accepted, key
                 continue

@@ -1,0 +1,198 @@
+"""What an operator browses: the tenants, each tenant's sessions, a session's receipts.
+
+Written on the turn's own round trip (``write_turn``, commands after the record script),
+read only by the memory API's list and the inspector. The indexes are sorted sets scored
+by last activity, sharded (``keys.INDEX_SHARDS``) so that on a cluster the writes spread
+over the masters; a list reads every shard in one pipeline and merges.
+
+Nothing is deleted when a session expires: an entry older than the retention is a
+session Redis has forgotten, so reads skip it and trim it. An erased session is removed
+from its shard by the erase itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.store.keys import SessionKeys, TenantKeys, all_tenants_indexes
+
+if TYPE_CHECKING:  # the store calls write_turn: a runtime import would be circular
+    from gateway.store.redis_store import RedisStore
+
+# Receipts kept per session: the inspector's "recent requests".
+RECEIPTS_KEPT = 20
+# A search reads each shard's ids with ZSCAN MATCH; it stops once this many matched.
+SEARCH_MATCHES = 1000
+# The keys whose MEMORY USAGE adds up to a session's size.
+_SIZED = ("meta", "log", "tiers", "pins", "jobs", "index", "vectors", "receipts")
+
+
+def write_turn(
+    pipe: Any, keys: SessionKeys, *, now: float, retention_s: int, receipt: str | None
+) -> None:
+    """Commands for the record's pipeline: the session and its tenant listed as active
+    now, and this turn's receipt kept (all idempotent: the pipeline may be sent twice)."""
+    if receipt is not None:
+        pipe.zadd(keys.receipts, {receipt: now})
+        pipe.zremrangebyrank(keys.receipts, 0, -(RECEIPTS_KEPT + 1))
+        pipe.expire(keys.receipts, retention_s)
+    for index, member in ((keys.listed_in, keys.session_id), (keys.tenant_listed_in, keys.tenant)):
+        pipe.zadd(index, {member: now})
+        pipe.expire(index, retention_s)
+
+
+def forget_session(pipe: Any, keys: SessionKeys) -> None:
+    pipe.zrem(keys.listed_in, keys.session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedSession:
+    session_id: str
+    user_id: str | None
+    message_count: int
+    turns: int
+    created: float | None
+    updated: float
+    ended: bool
+    bytes: int | None  # None where MEMORY USAGE is refused (some managed Redis)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "user_id": self.user_id,
+            "message_count": self.message_count,
+            "turns": self.turns,
+            "created": self.created,
+            "updated": self.updated,
+            "ended": self.ended,
+            "bytes": self.bytes,
+        }
+
+
+def _newest(found: Iterable[tuple[Any, float]], limit: int) -> list[tuple[str, float]]:
+    """Merge shards: each member once, at its newest score, newest first."""
+    best: dict[str, float] = {}
+    for member, score in found:
+        name = member.decode() if isinstance(member, bytes) else member
+        best[name] = max(score, best.get(name, score))
+    return sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class Catalog:
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.client: Any = store.client
+
+    async def tenants(self, *, now: float, limit: int = 100) -> list[tuple[str, float]]:
+        """Tenant ids with their last activity, newest first."""
+        return _newest(await self._newest_of(all_tenants_indexes(), now, limit), limit)
+
+    async def sessions(
+        self, tenant: str, *, now: float, search: str | None = None, limit: int = 50
+    ) -> list[ListedSession]:
+        """The tenant's sessions, newest activity first; ``search``: a part of the id."""
+        shards = TenantKeys(tenant).all_sessions()
+        if search:
+            found = await self.store.bounded(lambda: self._search(shards, search, now))
+        else:
+            found = await self._newest_of(shards, now, limit)
+        chosen = _newest(found, limit)
+        return await self._describe(tenant, chosen)
+
+    async def _newest_of(
+        self, indexes: tuple[str, ...], now: float, limit: int
+    ) -> list[tuple[Any, float]]:
+        live_since = now - self.store.retention_s
+
+        def build(pipe: Any) -> None:
+            for key in indexes:
+                pipe.zremrangebyscore(key, "-inf", f"({live_since!r}")
+                pipe.zrevrangebyscore(key, "+inf", live_since, start=0, num=limit, withscores=True)
+
+        replies = await self.store.pipeline(build)
+        return [item for reply in replies[1::2] for item in reply]
+
+    async def _search(
+        self, shards: tuple[str, ...], search: str, now: float
+    ) -> list[tuple[Any, float]]:
+        live_since = now - self.store.retention_s
+        pattern = f"*{_glob_escape(search)}*"
+        found: list[tuple[Any, float]] = []
+        for key in shards:
+            async for member, score in self.client.zscan_iter(key, match=pattern, count=500):
+                if score >= live_since:
+                    found.append((member, score))
+                if len(found) >= SEARCH_MATCHES:
+                    return found
+        return found
+
+    async def _describe(self, tenant: str, chosen: list[tuple[str, float]]) -> list[ListedSession]:
+        sessions = [SessionKeys(tenant, sid) for sid, _ in chosen]
+
+        def build(pipe: Any) -> None:
+            for keys in sessions:
+                pipe.hgetall(keys.meta)
+                pipe.llen(keys.log)
+
+        replies = await self.store.pipeline(build)
+        sizes = await self._sizes(sessions)
+        listed, gone = [], []
+        for i, (keys, (_, updated)) in enumerate(zip(sessions, chosen, strict=True)):
+            raw_meta, count = replies[2 * i], replies[2 * i + 1]
+            meta = {k.decode(): v.decode() for k, v in raw_meta.items()}
+            if not meta:  # expired or erased since it was listed
+                gone.append(keys)
+                continue
+            listed.append(
+                ListedSession(
+                    session_id=keys.session_id,
+                    user_id=meta.get("user_id") or None,
+                    message_count=int(count),
+                    turns=int(meta.get("turns", 0)),
+                    created=float(meta["created"]) if "created" in meta else None,
+                    updated=float(meta.get("updated", updated)),
+                    ended="ended" in meta,
+                    bytes=sizes[i],
+                )
+            )
+        if gone:
+
+            def forget(pipe: Any) -> None:
+                for keys in gone:
+                    forget_session(pipe, keys)
+
+            await self.store.pipeline(forget)
+        return listed
+
+    async def _sizes(self, sessions: list[SessionKeys]) -> list[int | None]:
+        """Each session's bytes in Redis (MEMORY USAGE of its keys, Redis's estimate)."""
+
+        async def run() -> list[Any]:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for keys in sessions:
+                    for name in _SIZED:
+                        pipe.memory_usage(getattr(keys, name))
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+                return replies
+
+        replies = await self.store.bounded(run)
+        sizes: list[int | None] = []
+        for i in range(len(sessions)):
+            parts = replies[i * len(_SIZED) : (i + 1) * len(_SIZED)]
+            refused = any(isinstance(part, Exception) for part in parts)  # an error reply
+            sizes.append(None if refused else sum(int(part or 0) for part in parts))
+        return sizes
+
+    async def receipts(self, keys: SessionKeys) -> list[dict[str, Any]]:
+        """The session's recent receipts, newest first."""
+        raw: Any = await self.store.bounded(
+            lambda: self.client.zrevrange(keys.receipts, 0, RECEIPTS_KEPT - 1)
+        )
+        return [json.loads(item) for item in raw]

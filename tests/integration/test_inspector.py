@@ -1,0 +1,251 @@
+"""The inspector at /ui, end to end in headless Chromium (Debian's, driven by Playwright):
+a seeded session's tiers and numbers as the page shows them against the memory API, a
+pin added through the page reaching the next forwarded context, and every action.
+Screenshots go to ``test-artifacts/`` (``TEST_ARTIFACTS_DIR``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from gateway.config import ConfigError, parse_settings
+from gateway.identity import tenant_id
+from gateway.store.keys import TENANT_SECRET_KEY
+from tests.integration.conftest import GatewayFactory, Memory, say, sdk
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import RedisProcess, ServerThread
+
+pytestmark = pytest.mark.integration
+
+ADMIN_KEY = "admin-" + "k" * 24
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", Path(__file__).parents[2] / "test-artifacts"))
+
+
+def chromium_path() -> str:
+    """Debian's chromium (scripts/test installs it); a missing browser fails, not skips."""
+    path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    assert Path(path).exists(), "no chromium: apt-get install chromium (scripts/test does)"
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium_path(), headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    yield context.new_page()
+    context.close()
+
+
+@pytest.fixture
+def inspected(make_gateway: GatewayFactory) -> ServerThread:
+    return make_gateway(memory={"preset": "hybrid-recall"},
+                        ui={"enabled": True, "admin_key": ADMIN_KEY})  # fmt: skip
+
+
+CONVERSATION = [
+    "Hi! My dog is called Biscuit and she is a beagle.",
+    "I'm planning a trip to Lisbon in March.",
+    "My budget for the hotel is 120 euros a night.",
+    "I prefer window seats on flights.",
+    "Can you suggest neighbourhoods to stay in?",
+    "I don't eat meat, by the way.",
+    "What's the weather like there in spring?",
+    "My sister Ana will join me for the weekend.",
+    "Which museums open on Mondays?",
+    "Remind me to book the airport transfer.",
+    "How long is the train to Sintra?",
+    "Is the Lisboa Card worth it?",
+]
+
+
+def tenant_of(redis_server: RedisProcess, key: str) -> str:
+    client = redis_server.client()
+    try:
+        return tenant_id(client.get(TENANT_SECRET_KEY), key)
+    finally:
+        client.close()
+
+
+def log_in(page: Page, gateway: ServerThread) -> None:
+    page.goto(gateway.url + "/ui")
+    expect(page).to_have_url(f"{gateway.url}/ui/login?next=%2Fui")
+    page.fill("input[name=key]", ADMIN_KEY)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Tenants")
+
+
+def texts(page: Page, selector: str, attribute: str) -> list[str]:
+    return [page.locator(selector).nth(i).get_attribute(attribute) or ""
+            for i in range(page.locator(selector).count())]  # fmt: skip
+
+
+def test_a_seeded_session_as_the_page_shows_it_and_a_pin_added_through_it(
+    inspected: ServerThread,
+    page: Page,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    client = sdk(inspected, api_key, session_id)
+    for line in CONVERSATION:
+        say(client, line)
+    memory = Memory(inspected, api_key, session_id)
+    memory.flush()
+    say(client, "What was the name of my dog again?")  # recalls message 1
+    state = memory.state()
+    receipts = memory.http.get(memory.base + "/receipts").json()["receipts"]
+    tenant = tenant_of(redis_server, api_key)
+
+    log_in(page, inspected)
+    page.click(f"a[href='/ui/sessions?tenant={tenant}']")
+    row = page.locator("#sessions tr", has_text=session_id)
+    expect(row.locator("td").nth(2)).to_have_text(str(state["message_count"]))
+    row.locator("a").click()
+
+    expect(page.locator("#message-count")).to_have_text(str(state["message_count"]))
+    assert texts(page, "#tier-window li[data-index]", "data-index") == [
+        str(m["index"]) for m in state["window"]
+    ]
+    ranges = texts(page, "#tier-summaries li[data-range]", "data-range")
+    assert ranges == [f"{s['range']['start']}-{s['range']['end']}" for s in state["summaries"]]
+    assert ranges and len(state["facts"]) == page.locator("#tier-facts li.fact").count() > 0
+    last = receipts[0]["receipt"]
+    assert "1" in last["recalled"]  # the dog's name, outside the window
+    assert texts(page, "#tier-recall li[data-recalled]", "data-recalled") == last["recalled"]
+    expect(page.locator("#tier-recall li[data-recalled='1']")).to_contain_text("Biscuit")
+    expect(page.locator("#total-tokens")).to_have_text(str(last["total_tokens"]))
+    expect(page.locator("#budget-tokens")).to_have_text(str(last["budget_tokens"]))
+    expect(page.locator("#client-tokens")).to_have_text(str(receipts[0]["client_tokens"]))
+    shown = {t: page.locator(f".legend [data-tier='{t}'] b").inner_text() for t in last["tiers"]
+             if last["tiers"][t] and t != "memory"}  # fmt: skip
+    assert shown == {t: str(n) for t, n in last["tiers"].items() if n and t != "memory"}
+    memory_parts = page.locator(".legend [data-tier^='memory'] b").all_inner_texts()
+    assert sum(int(n) for n in memory_parts) == last["tiers"]["memory"]
+    sent = {f"{r['start']}-{r['end']}" for r in last["summaries"]}
+    assert set(texts(page, "#tier-summaries li:has(.tag.sent)", "data-range")) == sent
+    expect(page.locator("#receipts tbody tr")).to_have_count(len(receipts))
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "inspector-recall.png"), full_page=True)
+
+    pin = "The user's locker code is 4417"
+    page.fill("#add-pin textarea[name=content]", pin)
+    page.fill("#add-pin input[name=importance]", "0.95")
+    page.click("#add-pin button[type=submit]")
+    expect(page.locator("#flash")).to_contain_text("pinned pin_")
+    expect(page.locator("#tier-pins .pin-content")).to_have_text([pin])
+
+    say(client, "remind me of my locker code")
+    assert pin in str(fake_upstream.last_messages())
+    page.reload()
+    expect(page.locator("#tier-pins li[data-pin] .tag.sent")).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "inspector-pinned.png"), full_page=True)
+    page.goto(f"{inspected.url}/ui/sessions?tenant={tenant}")
+    page.screenshot(path=str(ARTIFACTS / "inspector-sessions.png"))
+
+
+def test_pins_edited_deleted_session_ended_exported_and_erased_through_the_page(
+    inspected: ServerThread, page: Page, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    memory = Memory(inspected, api_key, session_id)
+    memory.add(4)
+    memory.http.post(memory.base + "/pins", json={"content": "likes tea", "importance": 0.5})
+    tenant = tenant_of(redis_server, api_key)
+    log_in(page, inspected)
+    page.goto(f"{inspected.url}/ui/session?tenant={tenant}&id={quote(session_id)}")
+    expect(page.locator("#no-receipt")).to_be_visible()  # imports leave no receipt
+
+    edit = page.locator("#tier-pins form[action='/ui/session/pins/edit']")
+    edit.locator("input[name=content]").fill("likes green tea")
+    edit.locator("button").click()
+    expect(page.locator("#flash")).to_contain_text("edited")
+    assert [p["content"] for p in memory.http.get(memory.base + "/pins").json()["pins"]] == [
+        "likes green tea"
+    ]
+    page.locator("#tier-pins form[action='/ui/session/pins/delete'] button").click()
+    expect(page.locator("#flash")).to_contain_text("deleted")
+    assert memory.http.get(memory.base + "/pins").json()["pins"] == []
+
+    page.click("#end-session")
+    expect(page.locator("#flash")).to_contain_text("session ended")
+    assert memory.state()["ended"] is True
+
+    with page.expect_download() as download:
+        page.click("text=Export JSON")
+    exported: Any = Path(download.value.path()).read_text()
+    assert f'"session_id": "{session_id}"' in exported
+
+    page.click("#erase")
+    page.fill("input[name=confirm]", "not-the-id")
+    page.click("button.danger")
+    expect(page.locator("#mismatch")).to_be_visible()
+    assert memory.http.get(memory.base).status_code == 200  # nothing erased
+    page.fill("input[name=confirm]", session_id)
+    page.click("button.danger")
+    expect(page.locator("#flash")).to_have_text(f"erased session {session_id}")
+    assert memory.http.get(memory.base).status_code == 404
+
+
+def test_the_inspector_is_off_unless_enabled_and_needs_the_admin_key(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
+    off = make_gateway()
+    with httpx.Client(base_url=off.url) as http:
+        assert http.get("/ui").status_code == 404
+    on = make_gateway(ui={"enabled": True, "admin_key": ADMIN_KEY})
+    Memory(on, api_key, session_id).add(2)
+    with httpx.Client(base_url=on.url) as http:
+        first = http.get("/ui")
+        assert first.status_code == 303 and first.headers["location"].startswith("/ui/login")
+        # A tenant's API key is not the admin key.
+        assert http.get("/ui", headers={"Authorization": f"Bearer {api_key}"}).status_code == 303
+        wrong = http.post("/ui/login", data={"key": api_key, "next": "/ui"})
+        assert wrong.status_code == 401 and "not the admin key" in wrong.text
+        denied = http.post("/ui/session/end", data={"tenant": "0" * 32, "id": session_id})
+        assert denied.status_code == 401
+        # An open redirect is not: "next" stays under /ui.
+        ok = http.post("/ui/login", data={"key": ADMIN_KEY, "next": "//evil.example/"})
+        assert ok.status_code == 303 and ok.headers["location"] == "/ui"
+        cookie = ok.headers["set-cookie"]
+        assert ADMIN_KEY not in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert http.get("/ui").status_code == 200  # the cookie is kept by the client
+        cross = http.post(
+            "/ui/session/end",
+            data={"tenant": "0" * 32, "id": session_id},
+            headers={"Origin": "https://evil.example"},
+        )
+        assert cross.status_code == 403
+        bad = http.get("/ui/sessions", params={"tenant": "../etc"})
+        assert bad.status_code == 400 and "tenant" in bad.text
+        missing = http.get("/ui/session", params={"tenant": "0" * 32, "id": session_id})
+        assert missing.status_code == 404
+        logged_out = http.post("/ui/logout")
+        assert logged_out.status_code == 303
+        assert http.get("/ui").status_code == 303
+    bearer = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with httpx.Client(base_url=on.url, headers=bearer) as http:
+        assert http.get("/ui").status_code == 200
+
+
+def test_enabling_the_inspector_needs_a_long_enough_admin_key() -> None:
+    with pytest.raises(ConfigError, match=r"ui\.admin_key"):
+        parse_settings({"ui": {"enabled": True}}, environ={})
+    with pytest.raises(ConfigError, match=r"ui\.admin_key"):
+        parse_settings({"ui": {"enabled": True, "admin_key": "short"}}, environ={})
+    assert parse_settings({"ui": {"enabled": False}}, environ={}).ui.admin_key is None
