@@ -297,6 +297,9 @@ class MemoryConfig(_Section):
     # How many stored messages one request loads to reconcile a resent history.
     reconcile_tail: int = Field(default=64, gt=0)
     memory_role: Literal["system", "developer"] = "system"
+    # Receipts of the last recorded turns kept per session (the inspector's recent
+    # requests, ``GET …/receipts``): a few hundred bytes each; 0 keeps none.
+    receipts: int = Field(default=10, ge=0, le=100)
 
     @property
     def composition(self) -> Composition:

@@ -24,6 +24,7 @@ from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.metrics import tokens_sent
 from gateway.request_log import current_request_id
+from gateway.store.catalog import StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import (
     Archive,
@@ -71,18 +72,19 @@ class Turn:
     siblings: tuple[str, ...] | None = None  # the user's sessions, when the load read them
 
 
-def _stored_receipt(turn: Turn, now: float) -> str:
+def _stored_receipt(turn: Turn, now: float, kept: int) -> StoredReceipt | None:
     """What the inspector shows of a recorded turn: what was forwarded, per tier, under
     which request id (the id of the request's log line and response header)."""
-    return json.dumps(
-        {
-            "request_id": current_request_id(),
-            "at": now,
-            "model": turn.model,
-            "client_tokens": tokens_sent(turn.messages, turn.plan),
-            "receipt": turn.context.receipt.to_json(),
-        }
-    )
+    if not kept:
+        return None
+    data = {
+        "request_id": current_request_id(),
+        "at": now,
+        "model": turn.model,
+        "client_tokens": tokens_sent(turn.messages, turn.plan),
+        "receipt": turn.context.receipt.to_json(),
+    }
+    return StoredReceipt(json.dumps(data, separators=(",", ":")), kept)
 
 
 def session_keys(identity: Identity) -> SessionKeys:
@@ -324,7 +326,7 @@ class MemoryService:
         """
         (answer,) = self._counted((answer,), turn.model, {})
         plan, state = turn.plan, turn.state
-        receipt = _stored_receipt(turn, now)
+        receipt = _stored_receipt(turn, now, self.config.receipts)
         for attempt in range(RECORD_ATTEMPTS):
             try:
                 await self._append(
@@ -367,7 +369,7 @@ class MemoryService:
         truncate_to: int | None = None,
         expected_count: int | None = None,
         siblings: tuple[str, ...] | None = None,
-        receipt: str | None = None,
+        receipt: StoredReceipt | None = None,
     ) -> SessionState:
         """Record ``messages`` after the ``stored`` state, with the jobs and pins they make
         due, in one round trip when the log is as ``stored`` says (see ``Predicted``).

@@ -22,22 +22,31 @@ from gateway.store.keys import SessionKeys, TenantKeys, all_tenants_indexes
 if TYPE_CHECKING:  # the store calls write_turn: a runtime import would be circular
     from gateway.store.redis_store import RedisStore
 
-# Receipts kept per session: the inspector's "recent requests".
-RECEIPTS_KEPT = 20
 # A search reads each shard's ids with ZSCAN MATCH; it stops once this many matched.
 SEARCH_MATCHES = 1000
 # The keys whose MEMORY USAGE adds up to a session's size.
 _SIZED = ("meta", "log", "tiers", "pins", "jobs", "index", "vectors", "receipts")
 
 
+@dataclass(frozen=True, slots=True)
+class StoredReceipt:
+    """A turn's receipt as JSON, and how many of the session's newest receipts to keep."""
+
+    data: str
+    kept: int
+
+
 def write_turn(
-    pipe: Any, keys: SessionKeys, *, now: float, retention_s: int, receipt: str | None
+    pipe: Any, keys: SessionKeys, *, now: float, retention_s: int, receipt: StoredReceipt | None
 ) -> None:
     """Commands for the record's pipeline: the session and its tenant listed as active
-    now, and this turn's receipt kept (all idempotent: the pipeline may be sent twice)."""
+    now (idempotent), and this turn's receipt kept. Receipts are a list, not a sorted
+    set: a receipt is longer than a sorted set's compact encoding allows (64 bytes), and
+    the list's is several times smaller. Sent twice (after a script cache flush, see
+    ``RedisStore._scripted_pipeline``) a receipt would show twice: readers drop repeats."""
     if receipt is not None:
-        pipe.zadd(keys.receipts, {receipt: now})
-        pipe.zremrangebyrank(keys.receipts, 0, -(RECEIPTS_KEPT + 1))
+        pipe.lpush(keys.receipts, receipt.data)
+        pipe.ltrim(keys.receipts, 0, receipt.kept - 1)
         pipe.expire(keys.receipts, retention_s)
     for index, member in ((keys.listed_in, keys.session_id), (keys.tenant_listed_in, keys.tenant)):
         pipe.zadd(index, {member: now})
@@ -192,7 +201,5 @@ class Catalog:
 
     async def receipts(self, keys: SessionKeys) -> list[dict[str, Any]]:
         """The session's recent receipts, newest first."""
-        raw: Any = await self.store.bounded(
-            lambda: self.client.zrevrange(keys.receipts, 0, RECEIPTS_KEPT - 1)
-        )
-        return [json.loads(item) for item in raw]
+        raw: Any = await self.store.bounded(lambda: self.client.lrange(keys.receipts, 0, -1))
+        return [json.loads(item) for item in dict.fromkeys(raw)]  # a repeat: one receipt

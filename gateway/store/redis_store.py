@@ -715,7 +715,7 @@ class RedisStore:
         index: bool = True,
         predicted: Predicted | None = None,
         joining: Joining | None = None,
-        receipt: str | None = None,
+        receipt: catalog.StoredReceipt | None = None,
     ) -> Recorded:
         """Append messages atomically, numbering them (and indexing them for recall).
 

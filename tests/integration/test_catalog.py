@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.store.catalog import RECEIPTS_KEPT
 from tests.integration.conftest import GatewayFactory, Memory, on_one_redis_and_a_cluster, sdk
 from tests.support.servers import ServerThread
 
@@ -103,18 +102,23 @@ def test_receipts_of_recorded_turns_match_what_was_forwarded(
     assert receipts[0]["at"] >= receipts[1]["at"] >= receipts[2]["at"]
 
 
-def test_receipts_are_capped(make_gateway: GatewayFactory, api_key: str, session_id: str) -> None:
-    gateway = make_gateway(memory={"preset": "rolling-window"})
+@pytest.mark.parametrize("kept", [0, 4])
+def test_receipts_are_capped(
+    make_gateway: GatewayFactory, api_key: str, session_id: str, kept: int
+) -> None:
+    gateway = make_gateway(memory={"preset": "rolling-window", "receipts": kept})
     client = sdk(gateway, api_key, session_id)
-    for n in range(RECEIPTS_KEPT + 3):
+    for n in range(kept + 3):
         client.chat.completions.create(
             model="fake-model", messages=[{"role": "user", "content": f"q{n}"}]
         )
     with api(gateway, api_key) as http:
         receipts = http.get(f"/memory/sessions/{session_id}/receipts").json()["receipts"]
-    assert len(receipts) == RECEIPTS_KEPT
-    # The newest kept: the last turn's window ends at its own answer.
-    assert receipts[0]["receipt"]["window_indexes"][-1] == 2 * (RECEIPTS_KEPT + 3) - 2
+    assert len(receipts) == kept
+    # The newest kept: the last turn's window ends at the answer before its question.
+    assert [r["receipt"]["window_indexes"][-1] for r in receipts] == [
+        2 * (kept + 3 - n) for n in range(1, kept + 1)
+    ]
 
 
 def test_a_pin_is_edited_in_place(gateway: ServerThread, api_key: str, session_id: str) -> None:
