@@ -306,6 +306,7 @@ class SessionState:
     ended: bool = False
     turns: int = 0  # user messages so far (seed 002 counts turns)
     exists: bool = False
+    updated: float = 0.0  # the last record's time (0: never)
     postings: dict[str, str | None] = field(default_factory=dict)  # the query's terms
     indexed_docs: int = 0
     indexed_length: int = 0

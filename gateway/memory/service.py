@@ -24,7 +24,7 @@ from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.metrics import tokens_sent
 from gateway.request_log import current_request_id
-from gateway.store.catalog import StoredReceipt
+from gateway.store.catalog import REFRESH_S, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import (
     Archive,
@@ -396,6 +396,7 @@ class MemoryService:
             predicted=expected,
             joining=self._joining(keys, user, stored, siblings, now),
             receipt=receipt,
+            listed=now - stored.updated >= REFRESH_S,
         )
         users = sum(1 for m in stamped if m.role == "user")
         if not recorded.predicted:  # another turn landed in between: the real indexes

@@ -28,6 +28,14 @@ SEARCH_MATCHES = 1000
 _SIZED = ("meta", "log", "tiers", "pins", "jobs", "index", "vectors", "receipts")
 
 
+# A session's entries in the indexes are refreshed by its turns at most this often: the
+# index shards are other slots than the session's (on a cluster, other masters), and a
+# write to them on every turn cost 10% more Redis CPU per turn there. A list is ordered by
+# the sessions' own last activity (their meta), exact; which sessions make a list's
+# newest ``limit`` may be this much out of date.
+REFRESH_S = 300.0
+
+
 @dataclass(frozen=True, slots=True)
 class StoredReceipt:
     """A turn's receipt as JSON, and how many of the session's newest receipts to keep."""
@@ -37,20 +45,30 @@ class StoredReceipt:
 
 
 def write_turn(
-    pipe: Any, keys: SessionKeys, *, now: float, retention_s: int, receipt: StoredReceipt | None
+    pipe: Any,
+    keys: SessionKeys,
+    *,
+    now: float,
+    retention_s: int,
+    receipt: StoredReceipt | None,
+    listed: bool,
 ) -> None:
-    """Commands for the record's pipeline: the session and its tenant listed as active
-    now (idempotent), and this turn's receipt kept. Receipts are a list, not a sorted
-    set: a receipt is longer than a sorted set's compact encoding allows (64 bytes), and
-    the list's is several times smaller. Sent twice (after a script cache flush, see
-    ``RedisStore._scripted_pipeline``) a receipt would show twice: readers drop repeats."""
+    """Commands for the record's pipeline: the session and its tenant ``listed`` as active
+    now (idempotent; see ``REFRESH_S``), and this turn's receipt kept. Receipts are a
+    list, not a sorted set: a receipt is longer than a sorted set's compact encoding
+    allows (64 bytes), and the list's is several times smaller. Sent twice (after a
+    script cache flush, see ``RedisStore._scripted_pipeline``) a receipt would show
+    twice: readers drop repeats."""
     if receipt is not None:
         pipe.lpush(keys.receipts, receipt.data)
         pipe.ltrim(keys.receipts, 0, receipt.kept - 1)
         pipe.expire(keys.receipts, retention_s)
+    if not listed:
+        return
     for index, member in ((keys.listed_in, keys.session_id), (keys.tenant_listed_in, keys.tenant)):
         pipe.zadd(index, {member: now})
-        pipe.expire(index, retention_s)
+        # An entry is at most REFRESH_S older than its session: the index outlives it.
+        pipe.expire(index, retention_s + int(REFRESH_S))
 
 
 def forget_session(pipe: Any, keys: SessionKeys) -> None:
@@ -118,7 +136,7 @@ class Catalog:
     async def _newest_of(
         self, indexes: tuple[str, ...], now: float, limit: int
     ) -> list[tuple[Any, float]]:
-        live_since = now - self.store.retention_s
+        live_since = now - self.store.retention_s - REFRESH_S  # see REFRESH_S
 
         def build(pipe: Any) -> None:
             for key in indexes:
@@ -131,7 +149,7 @@ class Catalog:
     async def _search(
         self, shards: tuple[str, ...], search: str, now: float
     ) -> list[tuple[Any, float]]:
-        live_since = now - self.store.retention_s
+        live_since = now - self.store.retention_s - REFRESH_S  # see REFRESH_S
         pattern = f"*{_glob_escape(search)}*"
         found: list[tuple[Any, float]] = []
         for key in shards:
@@ -171,6 +189,7 @@ class Catalog:
                     bytes=sizes[i],
                 )
             )
+        listed.sort(key=lambda session: (-session.updated, session.session_id))
         if gone:
 
             def forget(pipe: Any) -> None:

@@ -619,6 +619,7 @@ class RedisStore:
             ended=_field(meta, b"ended") is not None,
             turns=int(_field(meta, b"turns") or 0),
             exists=bool(meta),
+            updated=float(_field(meta, b"updated") or 0),
             postings=archive.postings,
             indexed_docs=archive.documents,
             indexed_length=archive.total_length,
@@ -716,13 +717,14 @@ class RedisStore:
         predicted: Predicted | None = None,
         joining: Joining | None = None,
         receipt: catalog.StoredReceipt | None = None,
+        listed: bool = True,
     ) -> Recorded:
         """Append messages atomically, numbering them (and indexing them for recall).
 
         In the same round trip: the ``predicted`` jobs and pins (written only where the
         append lands as predicted: ``Recorded.predicted``), the notices of those jobs, and
         the session ``joining`` its user's index, and the catalog's writes (the session and
-        its tenant listed as active, this turn's ``receipt`` kept). A notice whose job was
+        its tenant ``listed`` as active, this turn's ``receipt`` kept). A notice whose job was
         not written is harmless: a worker finds no such pending job and acknowledges it.
 
         Raises ``TailMoved`` when ``expected_count`` is given and the log has another length.
@@ -756,7 +758,9 @@ class RedisStore:
             if joining is not None:
                 self._add_user_session(pipe, joining.user, keys.session_id)
                 _ask_idle(pipe, joining.user, joining.siblings)
-            catalog.write_turn(pipe, keys, now=now, retention_s=self.retention_s, receipt=receipt)
+            catalog.write_turn(
+                pipe, keys, now=now, retention_s=self.retention_s, receipt=receipt, listed=listed
+            )
 
         # Only the script must succeed: the turn is recorded when it did. The rest may
         # have gone to other masters (a cluster): a notice lost with its master leaves
