@@ -104,9 +104,7 @@ def create_app(
     # store, whose deadline is seconds, not the proxy's 100 ms.
     api_memory = MemoryService(runner.store, tokenizer, settings.memory, embedder)
     operations = SessionOperations(api_memory, runner)
-    memory_api = MemoryAPI(
-        api_memory, operations, tenants, max_body_bytes=settings.server.max_body_bytes
-    )
+    memory_api = MemoryAPI(operations, tenants, max_body_bytes=settings.server.max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

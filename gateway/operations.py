@@ -94,15 +94,18 @@ class SessionOperations:
     async def recalled(self, keys: SessionKeys, receipt: dict[str, Any]) -> list[dict[str, Any]]:
         """The messages a receipt recalled, as they are stored now: ``"12"`` is message 12
         of this session, ``"<session>#5"`` message 5 of another session of the user."""
-        found = []
+        wanted: dict[str, list[int]] = {}  # by session: one read each
         for key in receipt.get("recalled", []):
             session, _, index = key.rpartition("#")
+            wanted.setdefault(session, []).append(int(index))
+        found: dict[str, dict[str, Any]] = {}
+        for session, indexes in wanted.items():
             source = SessionKeys(keys.tenant, session) if session else keys
-            messages = await self.store.messages_at(source, [int(index)])
-            if messages:
-                found.append({"key": key, "session_id": source.session_id,
-                              **message_view(messages[0])})  # fmt: skip
-        return found
+            for message in await self.store.messages_at(source, indexes):
+                key = f"{session}#{message.index}" if session else str(message.index)
+                found[key] = {"key": key, "session_id": source.session_id,
+                              **message_view(message)}  # fmt: skip
+        return [found[key] for key in receipt.get("recalled", []) if key in found]
 
     async def add_pin(
         self,

@@ -58,11 +58,6 @@ def current_request_id() -> str | None:
     return None if entry is None else entry.request_id
 
 
-def set_request_id(request_id: str, *, logged: bool = True) -> Token[RequestLog | None]:
-    """Start serving a request under this id (the token resets it: ``end``)."""
-    return _CURRENT.set(RequestLog(request_id, logged=logged))
-
-
 def begin(
     headers: Iterable[tuple[bytes, bytes]], *, logged: bool
 ) -> tuple[RequestLog, Token[RequestLog | None]]:

@@ -70,6 +70,9 @@ class Turn:
     model: str
     messages: tuple[Message, ...]  # as the client sent them: planned again if the tail moved
     siblings: tuple[str, ...] | None = None  # the user's sessions, when the load read them
+    # Tokens of the messages the client sent (metrics.tokens_sent): counted once, for the
+    # metrics, the access line and the stored receipt.
+    client_tokens: int = 0
 
 
 def _stored_receipt(turn: Turn, now: float, kept: int) -> StoredReceipt | None:
@@ -81,7 +84,7 @@ def _stored_receipt(turn: Turn, now: float, kept: int) -> StoredReceipt | None:
         "request_id": current_request_id(),
         "at": now,
         "model": turn.model,
-        "client_tokens": tokens_sent(turn.messages, turn.plan),
+        "client_tokens": turn.client_tokens,
         "receipt": turn.context.receipt.to_json(),
     }
     return StoredReceipt(json.dumps(data, separators=(",", ":")), kept)
@@ -171,7 +174,8 @@ class MemoryService:
             profile=state.profile if young else None,
         )
         siblings = loaded.user_sessions
-        return Turn(keys, identity, state, plan, context, model, messages, siblings)
+        sent = tokens_sent(messages, plan)
+        return Turn(keys, identity, state, plan, context, model, messages, siblings, sent)
 
     def _candidates(self) -> int:
         """Messages a load brings per session for recall to choose its hits from."""

@@ -139,10 +139,9 @@ class ChatCompletions:
             "x-memory-receipt": receipt.header(),
         }
         record = turn.identity.mode is MemoryMode.ON
-        client_tokens = metrics.tokens_sent(chat.messages, turn.plan)
-        metrics.tokens(client_tokens, receipt.total_tokens)
+        metrics.tokens(turn.client_tokens, receipt.total_tokens)
         request_log.note(
-            tokens_in=client_tokens,
+            tokens_in=turn.client_tokens,
             tokens_context=receipt.total_tokens,
             tiers=receipt.tiers,
             recalled=len(receipt.recalled),

@@ -7,8 +7,6 @@ get the same 404.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
@@ -27,7 +25,6 @@ from gateway.chat_request import (
 from gateway.errors import InvalidRequest
 from gateway.identity import Identity, MemoryMode, check_id, header_id
 from gateway.memory.model import Message
-from gateway.memory.service import MemoryService
 from gateway.operations import NotFound, SessionOperations
 from gateway.routes.relay import read_body
 from gateway.store.keys import SessionKeys, UserKeys
@@ -82,20 +79,13 @@ def _limit(request: Request, default: int = 50, most: int = 1000) -> int:
 
 class MemoryAPI:
     def __init__(
-        self,
-        memory: MemoryService,
-        operations: SessionOperations,
-        tenants: Tenants,
-        *,
-        max_body_bytes: int,
-        clock: Callable[[], float] = time.time,
+        self, operations: SessionOperations, tenants: Tenants, *, max_body_bytes: int
     ) -> None:
-        self.memory = memory
-        self.store = memory.store
         self.ops = operations
+        self.memory = operations.memory
+        self.store = operations.store
         self.tenants = tenants
         self.max_body_bytes = max_body_bytes
-        self.clock = clock
 
     def routes(self) -> list[Route]:
         base = "/memory/sessions/{sid}"
@@ -147,7 +137,7 @@ class MemoryAPI:
         # an orphan stored now would be forwarded, and refused upstream, on every turn.
         stored = await self.store.load(keys, TOOL_CHECK_TAIL)
         check_tool_results(messages, stored.tail)
-        count = await self.memory.import_messages(keys, user_id, messages, now=self.clock())
+        count = await self.memory.import_messages(keys, user_id, messages, now=self.ops.clock())
         _, _, pending = await self.store.job_state(keys)
         return JSONResponse(
             {"message_count": count, "imported": len(messages), "pending_jobs": len(pending)}
