@@ -75,7 +75,7 @@ class JobRunner:
         await self._release_leftovers()
         holder = secrets.token_hex(8)
         deadline = time.monotonic() + self.lease_ms / 1000
-        while not await self.store.take_lease(keys, holder, self.lease_ms):
+        while not await self._take_lease(keys, holder):
             # Another runner works on this session (a flush and the worker, say): wait for
             # it rather than pay the summarizer twice; the job may be done when we get in.
             if time.monotonic() > deadline:
@@ -89,6 +89,16 @@ class JobRunner:
             except StoreUnavailable:
                 self._unreleased[keys] = holder
                 raise
+
+    async def _take_lease(self, keys: SessionKeys, holder: str) -> bool:
+        try:
+            return await self.store.take_lease(keys, holder, self.lease_ms)
+        except StoreUnavailable:
+            # The lease may have been set with only its reply lost (Redis killed after the
+            # write; with AOF it comes back holding it): released like any leftover, or
+            # every flush of the session would wait out lease_ms for a holder long gone.
+            self._unreleased[keys] = holder
+            raise
 
     async def _release_leftovers(self) -> None:
         # Several jobs run at once (shards, concurrency): each takes an entry out before

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.config import PRESETS
+from gateway.memory.jobs import Job
 from gateway.memory.summarizer import Summarizer
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import StoreUnavailable
@@ -50,6 +51,30 @@ async def test_a_lease_that_cannot_be_released_yet_is_kept_for_later() -> None:
     with pytest.raises(StoreUnavailable):
         await jobs._release_leftovers()
     assert jobs._unreleased == {keys: "holder"}
+
+
+class LostReply(Leases):
+    """A store whose lease writes land but whose replies are lost (Redis killed after
+    the write, back with its AOF)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leases: dict[SessionKeys, str] = {}
+
+    async def take_lease(self, keys: SessionKeys, holder: str, ttl_ms: int) -> bool:
+        self.leases.setdefault(keys, holder)
+        raise StoreUnavailable("redis: Connection closed by server.")
+
+
+async def test_a_lease_whose_reply_was_lost_is_released_by_the_next_run() -> None:
+    store = LostReply()
+    jobs = runner(store)
+    keys = SessionKeys("t", "s")
+    with pytest.raises(StoreUnavailable):
+        await jobs.run(keys, Job("chunk", 1, 15, 0))
+    assert jobs._unreleased == {keys: store.leases[keys]}
+    await jobs._release_leftovers()  # as the runner's next job does first
+    assert store.released == [(keys, store.leases[keys])] and jobs._unreleased == {}
 
 
 class Stuck:
