@@ -96,6 +96,17 @@ def _count_piece(text: str, model: str) -> int:
     return _count(text, model)
 
 
+def _count_lines(text: str, model: str) -> int:
+    if "\n" in text or "\r" in text:
+        return sum(_count_piece(line, model) for line in _LINES.split(text))
+    return _count_piece(text, model)
+
+
+# A memory item (a summary, a fact, a pin) is counted at every request it is a candidate
+# for: one lookup of the whole text, before splitting it into lines and looking each up.
+_count_whole = lru_cache(maxsize=8192)(_count_lines)
+
+
 class TokenCounter:
     """Counts tokens the way the chat-completions API bills a prompt."""
 
@@ -110,9 +121,9 @@ class TokenCounter:
         if not text:
             return 0
         model = model or self.default_model
-        if "\n" in text or "\r" in text:
-            return sum(_count_piece(line, model) for line in _LINES.split(text))
-        return _count_piece(text, model)
+        if len(text) <= _CACHED_TEXT_CHARS:
+            return _count_whole(text, model)
+        return _count_lines(text, model)
 
     def count_message(self, message: Message, model: str | None = None) -> int:
         return TOKENS_PER_MESSAGE + self.count_payload(message.to_openai(), model)

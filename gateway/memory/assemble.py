@@ -126,6 +126,16 @@ class _Item:
     key: Any = None  # summary range or pin id, for the receipt
 
 
+def _item(section: str, text: str, count: Count, key: Any = None) -> _Item:
+    """An item of the memory block, counted with the line break that follows it there.
+
+    That is the very piece the block's exact count (``render_memory``, then ``count``)
+    looks up: a text is counted line by line (``tokens.TokenCounter``), each line once,
+    so a block of items counted this way is not tokenized a second time.
+    """
+    return _Item(section, text, count(text + "\n"), key)
+
+
 def _tokens(messages: Sequence[Message]) -> int:
     return sum(message.tokens for message in messages)
 
@@ -160,42 +170,40 @@ def _memory_items(
     if composition.cross_session is not None and profile:
         if profile.get("summary"):
             text = str(profile["summary"])
-            items["profile"].append(_Item("profile", text, count(text) + 1))
+            items["profile"].append(_item("profile", text, count))
         for fact in profile.get("facts", ()):
             text = f"- {inside(str(fact))}"
-            items["profile"].append(_Item("profile", text, count(text) + 1))
+            items["profile"].append(_item("profile", text, count))
     if composition.recall is not None:
         for hit in recalled:  # best match first
             where = "" if hit.session is None else " of an earlier conversation"
             message = hit.message
             text = f"- Message {message.index}{where} ({message.role}): {inside(message.text)}"
-            items["recall"].append(_Item("recall", text, count(text) + 1, hit.key))
+            items["recall"].append(_item("recall", text, count, hit.key))
     if composition.pins is not None:
         for pin in top_pins(pins, composition.pins.use):
             text = f"- {inside(pin.content)}"
-            items["pins"].append(_Item("pins", text, count(text) + 1, pin.id))
+            items["pins"].append(_item("pins", text, count, pin.id))
     if composition.facts is not None:
         current = [fact for fact in tiers.facts if not fact.superseded]  # the newer wins
         for fact in reversed(current[-composition.facts.use :]):
             text = f"- {inside(fact.text)}"
-            items["facts"].append(_Item("facts", text, count(text) + 1))
+            items["facts"].append(_item("facts", text, count))
     if tiers.rolling is not None and (composition.recursive or composition.rolling):
         rolling = tiers.rolling
         text = f"(messages {rolling.start}-{rolling.end})\n{rolling.text}"
-        items["rolling"].append(_Item("rolling", text, count(text) + 1))
+        items["rolling"].append(_item("rolling", text, count))
     if composition.chunks is not None:
         use = composition.chunks.use
         chosen = tiers.summaries if use is None else tiers.summaries[-use:]
         for summary in reversed(chosen):  # newest first, as seed 000 asks
             text = f"### Messages {summary.start}-{summary.end}\n{summary.text}"
-            items["summaries"].append(
-                _Item("summaries", text, count(text) + 1, (summary.start, summary.end))
-            )
+            items["summaries"].append(_item("summaries", text, count, (summary.start, summary.end)))
     if composition.rolling is not None:
         for pair in reversed(tiers.key_qa[-composition.rolling.keep_pairs :]):
             tags = f" [{', '.join(pair.tags)}]" if pair.tags else ""
             text = f"- Q: {pair.q}\n  A: {pair.a}{tags}"
-            items["key_qa"].append(_Item("key_qa", text, count(text) + 1))
+            items["key_qa"].append(_item("key_qa", text, count))
     return items
 
 

@@ -39,6 +39,7 @@ from gateway.store.keys import (
     job_stream,
 )
 from gateway.store.loop_lag import lag_tolerant_timeout
+from gateway.store.tiers_cache import TiersCache
 
 T = TypeVar("T")
 
@@ -481,6 +482,7 @@ class RedisStore:
         self._end = client.register_script(END_SCRIPT)
         self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
         self._load = client.register_script(LOAD_SCRIPT)
+        self._tiers = TiersCache()
         self._scripts = [self._record, self._load]  # those called by sha in pipelines
         self._connections: Connections | ClusterConnections = (
             ClusterConnections(client)
@@ -613,7 +615,7 @@ class RedisStore:
             message_count=int(count),
             tail=tuple(Message.from_json(item, first + i) for i, item in enumerate(raw)),
             user_id=user_id.decode() if user_id else None,
-            tiers=Tiers.from_json(tiers),
+            tiers=self._tiers.parse(keys, tiers),
             pins=tuple(Pin.from_data(codec.loads(p)) for p in pins),
             pending_jobs=int(pending),
             ended=_field(meta, b"ended") is not None,

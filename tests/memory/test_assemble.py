@@ -472,13 +472,14 @@ def test_new_user_message_does_not_keep_a_pending_call() -> None:
 
 # --- what gives way: the priority ----------------------------------------------------------
 
-# Each pin: "- pN" + 8 words = 10 words, an item of 11 tokens; "## Pinned" costs 4.
+# Each pin: "- pN" + 8 words = 10 words, an item of 10 tokens (with its line break, free
+# for this counter); "## Pinned" costs 4.
 PINS = [pin("p1", 0.9, words=9), pin("p2", 0.8, words=9)]
-# Each summary: "### Messages a-b" (3 words) + 20 words, an item of 24; its heading costs 9.
+# Each summary: "### Messages a-b" (3 words) + 20 words, an item of 23; its heading costs 9.
 SUMMARIES = Tiers(summaries=(summary(1, 2, words=20), summary(3, 4, words=20)))
 KEEP = 30  # hybrid keeps the last 3 messages of 10 tokens
-PINS_COST = (H + TOKENS_PER_MESSAGE) + 4 + 11 + 11
-SUMMARY_COST = 9 + 24
+PINS_COST = (H + TOKENS_PER_MESSAGE) + 4 + 10 + 10
+SUMMARY_COST = 9 + 23
 
 
 def test_hybrid_tight_budget_pins_survive_before_summaries_old_window_goes_first() -> None:
@@ -495,11 +496,11 @@ def test_hybrid_tight_budget_pins_survive_before_summaries_old_window_goes_first
     ("room", "pins", "summaries", "window_indexes"),
     [
         pytest.param(0, (), (), [6, 7, 8], id="nothing but keep_last"),
-        pytest.param(PINS_COST - 11, ("p1",), (), [6, 7, 8], id="one pin"),
+        pytest.param(PINS_COST - 10, ("p1",), (), [6, 7, 8], id="one pin"),
         pytest.param(PINS_COST, ("p1", "p2"), (), [6, 7, 8], id="both pins"),
         pytest.param(PINS_COST + SUMMARY_COST, ("p1", "p2"), ((3, 4),), [6, 7, 8],
                      id="newest summary"),
-        pytest.param(PINS_COST + SUMMARY_COST + 24 + 19, ("p1", "p2"), ((3, 4), (1, 2)),
+        pytest.param(PINS_COST + SUMMARY_COST + 23 + 19, ("p1", "p2"), ((3, 4), (1, 2)),
                      [5, 6, 7, 8], id="both summaries and one more message"),
         pytest.param(10_000, ("p1", "p2"), ((3, 4), (1, 2)), [1, 2, 3, 4, 5, 6, 7, 8],
                      id="everything"),
@@ -640,3 +641,47 @@ def test_an_evolving_summary_longer_than_the_budget_is_cut_not_dropped() -> None
     assert "fact number 0 " in memory and "fact number 399" not in memory
     assert context.receipt.total_tokens <= 1000
     assert context.receipt.dropped.get("rolling_cut") == 1
+
+
+def test_a_memory_block_is_tokenized_once_not_at_every_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its items are counted with the line break that follows each in the block: the
+    pieces the block's exact count looks up. The next request with the same tiers
+    (parsed again: equal texts, new strings) encodes nothing at all."""
+    import uuid
+
+    import tiktoken
+
+    tag = uuid.uuid4().hex  # texts no earlier test has counted
+    summaries = tuple(
+        Summary(i * 10 + 1, i * 10 + 10, f"Part {i} {tag}: the user planned stage {i}.")
+        for i in range(3)
+    )
+    tiers = Tiers(version=2, summaries=summaries, facts=(Fact(f"The user's code is {tag[:6]}", 3),))
+    pins = [Pin("p", f"Seat 14C {tag}", 0.95)]
+    encoded: list[str] = []
+    original = tiktoken.Encoding.encode
+
+    def counting(self: tiktoken.Encoding, text: str, **kwargs: Any) -> list[int]:
+        encoded.append(text)
+        return original(self, text, **kwargs)
+
+    monkeypatch.setattr(tiktoken.Encoding, "encode", counting)
+    counter = TokenCounter()
+
+    def request() -> Context:
+        again = Tiers.from_json(tiers.to_json())
+        return run(turn(conv(40)), HYBRID, tiers=again, pins=pins, budget=5000,
+                   counter=counter.count_text)  # fmt: skip
+
+    first = request()
+    text = memory_text(first)
+    assert text is not None and all(s.text in text for s in summaries)
+    assert first.messages[1].tokens == counter.count_text(text) + TOKENS_PER_MESSAGE
+    # Each line of the block is encoded once: the block's count reused the items'.
+    assert len(encoded) == len(set(encoded))
+    assert len(encoded) <= len(text.splitlines())
+    encoded.clear()
+    assert request() == first
+    assert encoded == []
