@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from gateway import collector
 from gateway import commands as operator_commands
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.http_protocol import BoundedHeadProtocol
@@ -60,6 +61,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     async def resources() -> AsyncIterator[None]:
         if embedded is not None:
             await embedded.start()
+        collector.tune_for_serving()
         try:
             yield
         finally:
@@ -97,6 +99,7 @@ def worker_app() -> Starlette:
 
     @contextlib.asynccontextmanager
     async def resources() -> AsyncIterator[None]:
+        collector.tune_for_serving()
         try:
             yield
         finally:
