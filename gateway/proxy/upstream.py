@@ -46,6 +46,7 @@ from gateway.memory.summarizer import SummarizerUnavailable
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 # Bytes a query may carry as they are; anything else (non-ASCII) is percent-encoded.
 _QUERY_SAFE = bytes(range(0x21, 0x7F))
+MAX_CACHED_TARGETS = 64
 
 
 class UpstreamStreamBroken(Exception):
@@ -239,6 +240,7 @@ class Upstream:
     def __init__(self, config: UpstreamConfig) -> None:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
+        self._targets: dict[str, URL] = {}
         self._client: aiohttp.ClientSession | None = None
         # Waiting for a pooled connection and the TCP connect, together.
         self._connect = aiohttp.ClientTimeout(
@@ -261,7 +263,13 @@ class Upstream:
     def _target(self, path: str, query: bytes) -> URL:
         # The path quoted as needed (it arrives decoded); the query raw, not re-encoded,
         # and none at all (not a bare "?") when it is empty.
-        url = URL(self.url(path))
+        url = self._targets.get(path)
+        if url is None:
+            # Parsed once per path: the chat path is every request's (yarl's parse is
+            # ~1% of a request); any other path is a passthrough's, kept while few.
+            url = URL(self.url(path))
+            if len(self._targets) < MAX_CACHED_TARGETS:
+                self._targets[path] = url
         if not query:
             return url
         raw_query = quote_from_bytes(query, safe=_QUERY_SAFE)

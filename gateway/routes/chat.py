@@ -128,7 +128,7 @@ class ChatCompletions:
         )
         opening = self.upstream.open(
             "POST",
-            request.url.path,
+            request.scope["path"],  # not request.url: building it is ~2% of a request
             query=request.scope.get("query_string", b""),
             headers=headers,
             content=content,

@@ -35,7 +35,7 @@ class Passthrough:
         )
         opening = self.upstream.open(
             request.method,
-            request.url.path,
+            request.scope["path"],  # not request.url: building it is ~2% of a request
             query=request.scope.get("query_string", b""),
             headers=headers,
             content=request.stream() if body is None else body,
