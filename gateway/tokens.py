@@ -97,14 +97,13 @@ def _count_piece(text: str, model: str) -> int:
 
 
 def _count_lines(text: str, model: str) -> int:
-    if "\n" in text or "\r" in text:
-        return sum(_count_piece(line, model) for line in _LINES.split(text))
-    return _count_piece(text, model)
+    return sum(_count_piece(line, model) for line in _LINES.split(text))
 
 
-# A memory item (a summary, a fact, a pin) is counted at every request it is a candidate
-# for: one lookup of the whole text, before splitting it into lines and looking each up.
-_count_whole = lru_cache(maxsize=8192)(_count_lines)
+# A memory item of several lines (a summary, a Q&A pair) is counted at every request it
+# is a candidate for: one lookup of the whole text, not a split and one per line. (A
+# single line is one piece: ``_count``'s cache already holds it.)
+_count_lines_remembered = lru_cache(maxsize=8192)(_count_lines)
 
 
 class TokenCounter:
@@ -121,8 +120,10 @@ class TokenCounter:
         if not text:
             return 0
         model = model or self.default_model
+        if "\n" not in text and "\r" not in text:
+            return _count_piece(text, model)
         if len(text) <= _CACHED_TEXT_CHARS:
-            return _count_whole(text, model)
+            return _count_lines_remembered(text, model)
         return _count_lines(text, model)
 
     def count_message(self, message: Message, model: str | None = None) -> int:

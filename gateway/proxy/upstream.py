@@ -30,6 +30,7 @@ import contextlib
 import json
 import zlib
 from collections.abc import AsyncIterator, Iterable
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote_from_bytes
 
@@ -46,7 +47,11 @@ from gateway.memory.summarizer import SummarizerUnavailable
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 # Bytes a query may carry as they are; anything else (non-ASCII) is percent-encoded.
 _QUERY_SAFE = bytes(range(0x21, 0x7F))
-MAX_CACHED_TARGETS = 64
+
+
+# Parsed once per URL: the chat path is every request's (yarl's parse is ~1% of a
+# request); other paths are passthroughs', the most recent kept.
+_parsed_url = lru_cache(maxsize=64)(URL)
 
 
 class UpstreamStreamBroken(Exception):
@@ -240,7 +245,6 @@ class Upstream:
     def __init__(self, config: UpstreamConfig) -> None:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
-        self._targets: dict[str, URL] = {}
         self._client: aiohttp.ClientSession | None = None
         # Waiting for a pooled connection and the TCP connect, together.
         self._connect = aiohttp.ClientTimeout(
@@ -263,13 +267,7 @@ class Upstream:
     def _target(self, path: str, query: bytes) -> URL:
         # The path quoted as needed (it arrives decoded); the query raw, not re-encoded,
         # and none at all (not a bare "?") when it is empty.
-        url = self._targets.get(path)
-        if url is None:
-            # Parsed once per path: the chat path is every request's (yarl's parse is
-            # ~1% of a request); any other path is a passthrough's, kept while few.
-            url = URL(self.url(path))
-            if len(self._targets) < MAX_CACHED_TARGETS:
-                self._targets[path] = url
+        url = _parsed_url(self.url(path))
         if not query:
             return url
         raw_query = quote_from_bytes(query, safe=_QUERY_SAFE)
