@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.memory import recall
 from gateway.memory.model import Message
 from gateway.memory.recall import (
     K1,
@@ -51,7 +52,19 @@ def stored(messages: list[str]) -> tuple[dict[str, str], int, int]:
     ],
 )
 def test_terms(text: str, expected: list[str]) -> None:
-    assert terms(text) == expected
+    assert terms(text) == tuple(expected)
+    assert terms(" ".join([text] * 2000)) == tuple(expected) * 2000  # long: not remembered
+
+
+def test_a_text_is_split_into_terms_once_while_remembered() -> None:
+    text = "my booking reference is QX-48213, seat 14C"
+    before = recall._terms_remembered.cache_info()
+    assert terms(text) == terms(text) == ("booking", "reference", "qx-48213", "seat", "14c")
+    after = recall._terms_remembered.cache_info()
+    assert after.hits - before.hits >= 1
+    long_text = text + " padding" * 1000
+    terms(long_text)
+    assert recall._terms_remembered.cache_info().currsize == after.currsize
 
 
 def test_the_rare_word_wins_over_common_ones() -> None:

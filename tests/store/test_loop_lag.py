@@ -65,3 +65,32 @@ async def test_the_extension_is_capped() -> None:
     hogging.cancel()
     await asyncio.gather(hogging, return_exceptions=True)
     assert loop.time() - start < 0.6
+
+
+async def test_a_cancellation_from_elsewhere_is_not_turned_into_a_timeout() -> None:
+    # A client that left cancels the request's task: that must stay a cancellation.
+    async def call() -> None:
+        async with lag_tolerant_timeout(5):
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(call())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_deadline_that_expired_leaves_no_cancellation_behind() -> None:
+    with pytest.raises(TimeoutError):
+        async with lag_tolerant_timeout(0.01):
+            await asyncio.Event().wait()
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0)  # the task goes on normally
+
+
+async def test_a_call_that_answers_in_time_leaves_no_timer() -> None:
+    deadline = lag_tolerant_timeout(0.05)
+    async with deadline:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.1)  # past the deadline: nothing fires into this task
