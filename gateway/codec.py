@@ -16,22 +16,27 @@ Notes:
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-_LONG_NUMBER = re.compile(r"\d{19}")
-_LONG_NUMBER_BYTES = re.compile(rb"\d{19}")
+# Every ASCII digit read as "0" and any other byte as " ": a run of 19 digits is then a
+# plain substring search. The regex ``\d{19}`` this replaces cost ~150 us on a 64-message
+# tail (6% of a memory request's instructions); this is ~15x less. Only ASCII digits
+# count: JSON numbers have no others.
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def _has_long_number(raw: str | bytes | bytearray) -> bool:
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    return _LONG_RUN in raw.translate(_DIGITS_AS_ZEROS)
 
 
 def loads(raw: str | bytes | bytearray) -> Any:
     """Like ``json.loads`` (the same values, the same ``ValueError`` for bad JSON)."""
-    if isinstance(raw, str):
-        plain = _LONG_NUMBER.search(raw) is None
-    else:
-        plain = _LONG_NUMBER_BYTES.search(raw) is None
-    if plain:
+    if not _has_long_number(raw):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:

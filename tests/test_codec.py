@@ -39,6 +39,9 @@ def test_what_is_written_reads_back_as_the_standard_library_reads_it(value: Any)
         '{"text": "my card is 1234567890123456789012"}',
         '["\\ud800"]',  # a lone surrogate, escaped
         '{"a": [1, 2.5, "é", null, true]}',
+        '{"u64": 18446744073709551615, "past": -18446744073709551616}',
+        '{"edge": [1234567890123456789, 123456789012345678]}',  # 19 and 18 digits
+        '{"lone": "\ud800 and 123456789012345678901"}',  # str with a lone surrogate
         b'{"bytes": "\xc3\xa9"}',
     ],
 )
