@@ -31,6 +31,8 @@ from typing import Protocol
 from gateway.memory.model import Message
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
+# One posting entry, "<index>:<tf>:<length>," (absolute indexes, as the load returns them).
+_ENTRY = re.compile(r"(\d+):(\d+):(\d+),")
 # Words too common to tell messages apart; numbers and names are what recall is for.
 _STOPWORDS_TEXT = """a about above after again against all am an and any are as at be because been
     before being below between both but by can could did do does doing down during each
@@ -110,7 +112,7 @@ def _entries(raw: str) -> tuple[int, str]:
     return int(df), entries
 
 
-def _entry_of(entries: str, index: int) -> tuple[int, int] | None:
+def _entry_of(entries: str, index: str) -> tuple[str, str] | None:
     """The (tf, length) of one message in a term's entries, found without parsing them all."""
     key = f"{index}:"
     if entries.startswith(key):
@@ -120,7 +122,7 @@ def _entry_of(entries: str, index: int) -> tuple[int, int] | None:
         if at == 0:
             return None
     _, tf, length = entries[at : entries.index(",", at)].split(":")
-    return int(tf), int(length)
+    return tf, length
 
 
 # Messages still in the race looked up one by one (a substring search each) below this
@@ -170,7 +172,10 @@ def rank(
     prune = bool(lists) and lists[-1][0] > 0
     race = False  # only the messages in ``scores`` can still make the top
     score = _Scorer(K1 * (1 - B), K1 * B / average)
-    scores: dict[int, float] = {}
+    # Indexes stay text until the end: an entry is matched, looked up and summed without
+    # converting its three numbers (that was most of the time of a long session's rank).
+    skipped = {str(index) for index in exclude}
+    scores: dict[str, float] = {}
     for i, (weight, entries) in enumerate(lists):
         if prune and len(scores) >= limit:
             threshold = heapq.nlargest(limit, scores.values())[-1]
@@ -184,33 +189,30 @@ def rank(
                 if found is not None:
                     scores[index] += weight * score(*found)
             continue
-        for entry in entries.split(","):
-            if entry:
-                index_text, tf_text, length_text = entry.split(":")
-                index = int(index_text)
-                if index in exclude or (race and index not in scores):
-                    continue
-                scores[index] = scores.get(index, 0.0) + weight * score(
-                    int(tf_text), int(length_text)
-                )
-    best = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]
-    return [Hit(index, round(value, 4)) for index, value in best]
+        for index, tf, length in _ENTRY.findall(entries):
+            if index in skipped or (race and index not in scores):
+                continue
+            scores[index] = scores.get(index, 0.0) + weight * score(tf, length)
+    best = sorted(((int(k), v) for k, v in scores.items()), key=lambda item: (-item[1], -item[0]))
+    return [Hit(index, round(value, 4)) for index, value in best[:limit]]
 
 
 class _Scorer:
     """BM25's term-frequency factor, ``tf / (tf + K1 * (1 - B + B * length / average))``,
-    remembered per (tf, length): messages repeat the same few pairs."""
+    remembered per (tf, length) as written in the postings: messages repeat the same few
+    pairs, so most entries cost one dictionary lookup and no number parsing."""
 
     def __init__(self, base: float, per_term: float) -> None:
         self.base = base
         self.per_term = per_term
-        self.known: dict[tuple[int, int], float] = {}
+        self.known: dict[tuple[str, str], float] = {}
 
-    def __call__(self, tf: int, length: int) -> float:
-        key = (tf, length)
+    def __call__(self, tf_text: str, length_text: str) -> float:
+        key = (tf_text, length_text)
         found = self.known.get(key)
         if found is None:
-            found = self.known[key] = tf / (tf + self.base + self.per_term * length)
+            tf = int(tf_text)
+            found = self.known[key] = tf / (tf + self.base + self.per_term * int(length_text))
         return found
 
 
