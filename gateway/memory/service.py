@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from gateway import codec
 from gateway.config import Composition, EmbeddingsConfig, MemoryConfig
 from gateway.identity import Identity
 from gateway.memory import recall
@@ -87,7 +87,7 @@ def _stored_receipt(turn: Turn, now: float, kept: int) -> StoredReceipt | None:
         "client_tokens": turn.client_tokens,
         "receipt": turn.context.receipt.to_json(),
     }
-    return StoredReceipt(json.dumps(data, separators=(",", ":")), kept)
+    return StoredReceipt(codec.dumps(data), kept)  # orjson: stdlib json was ~1% of a turn
 
 
 def session_keys(identity: Identity) -> SessionKeys:

@@ -40,7 +40,7 @@ REFRESH_S = 300.0
 class StoredReceipt:
     """A turn's receipt as JSON, and how many of the session's newest receipts to keep."""
 
-    data: str
+    data: bytes
     kept: int
 
 
