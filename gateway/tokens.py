@@ -22,6 +22,7 @@ import tiktoken
 from tiktoken.model import encoding_name_for_model
 
 from gateway.memory.model import Message, content_text
+from gateway.short_cache import remembered_when_short
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def encoding_for_model(model: str) -> tiktoken.Encoding:
 _CACHED_TEXT_CHARS = 4096  # a summary fits; a pasted document is counted, not kept
 
 
-@lru_cache(maxsize=8192)
+@remembered_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
 def _count(text: str, model: str) -> int:
     return len(encoding_for_model(model).encode(text, disallowed_special=()))
 
@@ -90,20 +91,12 @@ def _count(text: str, model: str) -> int:
 _LINES = re.compile(r"(?<=[\r\n])(?=[^\s/])")
 
 
-def _count_piece(text: str, model: str) -> int:
-    if len(text) > _CACHED_TEXT_CHARS:
-        return _count.__wrapped__(text, model)
-    return _count(text, model)
-
-
-def _count_lines(text: str, model: str) -> int:
-    return sum(_count_piece(line, model) for line in _LINES.split(text))
-
-
 # A memory item of several lines (a summary, a Q&A pair) is counted at every request it
 # is a candidate for: one lookup of the whole text, not a split and one per line. (A
 # single line is one piece: ``_count``'s cache already holds it.)
-_count_lines_remembered = lru_cache(maxsize=8192)(_count_lines)
+@remembered_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
+def _count_lines(text: str, model: str) -> int:
+    return sum(_count(line, model) for line in _LINES.split(text))
 
 
 class TokenCounter:
@@ -121,9 +114,7 @@ class TokenCounter:
             return 0
         model = model or self.default_model
         if "\n" not in text and "\r" not in text:
-            return _count_piece(text, model)
-        if len(text) <= _CACHED_TEXT_CHARS:
-            return _count_lines_remembered(text, model)
+            return _count(text, model)
         return _count_lines(text, model)
 
     def count_message(self, message: Message, model: str | None = None) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import codec
+from gateway.short_cache import remembered_when_short
 
 # Roles that are part of the conversation record and get an index; system/developer
 # messages belong to the client's prompt, not to the conversation.
@@ -82,9 +82,7 @@ class Message:
 
     @classmethod
     def from_json(cls, raw: str | bytes, index: int) -> Message:
-        if len(raw) > _REMEMBERED_BYTES:
-            return _parse(raw, index)
-        return _parse_remembered(raw, index)
+        return _parse(raw, index)
 
     @property
     def text(self) -> str:
@@ -99,6 +97,12 @@ class Message:
         return _tool_call_ids(self) == _tool_call_ids(other)
 
 
+# Consecutive turns of a session read the same stored tail again, less one or two
+# messages. A stored message never changes, so its parse is remembered by its bytes and
+# place: a content-addressed cache, which cannot be stale whoever wrote since (another
+# replica, an erasure: erased bytes are simply never read again). Nothing mutates a
+# Message's content. Bounded in entries and in the size of what it keeps.
+@remembered_when_short(limit=4096, maxsize=8192)
 def _parse(raw: str | bytes, index: int) -> Message:
     # Built in one call, not from_openai + replace: every request parses the session's
     # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
@@ -114,15 +118,6 @@ def _parse(raw: str | bytes, index: int) -> Message:
         int(data.get("tokens", 0)),
         data.get("ts", 0.0),
     )
-
-
-# Consecutive turns of a session read the same stored tail again, less one or two
-# messages. A stored message never changes, so its parse is remembered by its bytes and
-# place: a content-addressed cache, which cannot be stale whoever wrote since (another
-# replica, an erasure: erased bytes are simply never read again). Nothing mutates a
-# Message's content. Bounded in entries and in the size of what it keeps.
-_REMEMBERED_BYTES = 4096
-_parse_remembered = functools.lru_cache(maxsize=8192)(_parse)
 
 
 def _tool_call_ids(message: Message) -> tuple[str, ...]:

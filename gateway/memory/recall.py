@@ -25,10 +25,10 @@ import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Protocol
 
 from gateway.memory.model import Message
+from gateway.short_cache import remembered_when_short
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
 # One posting entry, "<index>:<tf>:<length>," (absolute indexes, as the load returns them).
@@ -62,20 +62,13 @@ def _stem(token: str) -> str:
     return token
 
 
-def _terms(text: str) -> tuple[str, ...]:
-    return tuple(_stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS)
-
-
 # A turn's new user message is split into terms four times (its postings are read, it is
 # ranked against them, its own postings and length are recorded): remembered, it is
 # split once. Only short texts, so that the cache's size stays a few hundred KB.
-_terms_remembered = lru_cache(maxsize=512)(_terms)
-_REMEMBERED_CHARS = 4096
-
-
+@remembered_when_short(limit=4096, maxsize=512)
 def terms(text: str) -> tuple[str, ...]:
     """The indexed terms of a text, in order (stopwords dropped, plurals folded)."""
-    return _terms_remembered(text) if len(text) <= _REMEMBERED_CHARS else _terms(text)
+    return tuple(_stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS)
 
 
 def index_entries(messages: Sequence[Message]) -> dict[str, str]:
