@@ -67,6 +67,8 @@ MODEL = "bench"  # fast_upstream: the first chunk at once, five chunks
 API_KEY = "sk-bench-flat-cost"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 IMPORT_BATCH = 500  # messages per import request (the gateway's own batch)
+# Requests of one size in a row before the next size's (see measure_sizes).
+BLOCK = 10
 WINDOW = 8  # hybrid-recall's window: facts older than this must come back through recall
 
 
@@ -319,11 +321,28 @@ def full_history_cost(counter: TokenCounter, session: Session, fact: Fact) -> di
     return {"tokens": tokens, "bytes": len(body), "cpu_ms": best * 1000}
 
 
-def measure_size(
-    client: httpx.Client, direct: httpx.Client, gw: Gateway, store: redis.Redis, redis_pid: int,
-    upstream: str, size: int, requests: int, seed: int,
-) -> dict[str, Any]:  # fmt: skip
-    counter = TokenCounter()
+@dataclass
+class SizeRun:
+    """One size's sessions and requests, and what its requests measured so far."""
+
+    size: int
+    plan: list[tuple[Session, Fact]]  # the requests, in order
+    contexts: dict[tuple[str, str], tuple[list[Any], bool]]  # what /context forwards
+    loaded: dict[str, Any]  # import, flush and storage figures
+    full: dict[str, float]
+    full_body: bytes
+    gw_first: list[float] = field(default_factory=list)
+    direct_first: list[float] = field(default_factory=list)
+    full_first: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    cpu_gw_s: float = 0.0
+    cpu_redis_s: float = 0.0
+
+
+def prepare_size(
+    client: httpx.Client, gw: Gateway, store: redis.Redis, size: int, requests: int, seed: int,
+) -> SizeRun:  # fmt: skip
+    """Sessions of ``size`` messages imported and flushed, and the requests to send them."""
     sessions = [conversation(size, n, seed) for n in range(copies(size, requests))]
     started = time.monotonic()
     for session in sessions:
@@ -332,61 +351,95 @@ def measure_size(
     cpu = cpu_seconds(gw.pid)
     jobs = sum(flush_session(client, session) for session in sessions)
     job_cpu_s, loaded_s = cpu_seconds(gw.pid) - cpu, time.monotonic() - started
-    stored = stored_kb(store, sessions[0].id)
     plan = [(s, f) for s in sessions for f in s.facts]
     plan = [plan[i % len(plan)] for i in range(requests)]
-    contexts = {(s.id, f.probe): forwarded(client, s, f) for s, f in plan}
-    full = full_history_cost(counter, *plan[0])
-    full_body = chat_body([*plan[0][0].messages, probe(plan[0][1])])
-    url = f"{upstream}/chat/completions"
-    # Warm-up (not counted, nothing recorded): pools, caches, the first stream's setup.
-    for session, fact in plan[:5]:
-        warm = {**AUTH, "X-Session-Id": session.id, "X-Memory-Mode": "read"}
-        stream(client, "/v1/chat/completions", chat_body([probe(fact)]), warm)
-        stream(direct, url, chat_body(contexts[(session.id, fact.probe)][0]), AUTH)
-    gw_first, direct_first, full_first, tokens = [], [], [], []
-    cpu_gw, cpu_redis = cpu_seconds(gw.pid), cpu_seconds(redis_pid)
-    for i, (session, fact) in enumerate(plan):
-        headers = {**AUTH, "X-Session-Id": session.id}
-        context, _ = contexts[(session.id, fact.probe)]
-
-        def through_gateway(fact: Fact = fact, headers: dict[str, str] = headers) -> None:
-            timed = stream(client, "/v1/chat/completions", chat_body([probe(fact)]), headers)
-            gw_first.append(timed.first_event_s)
-            tokens.append(int(timed.headers["x-memory-context-tokens"]))
-
-        def straight(context: list[Any] = context) -> None:
-            direct_first.append(stream(direct, url, chat_body(context), AUTH).first_event_s)
-
-        # A B B A: neither path is always the one that runs on a warm cache.
-        for step in (through_gateway, straight) if i % 2 else (straight, through_gateway):
-            step()
-    cpu_gw, cpu_redis = cpu_seconds(gw.pid) - cpu_gw, cpu_seconds(redis_pid) - cpu_redis
-    # The full history straight to the upstream, after the loop: the gateway's CPU above
-    # is its own, and a 10,000-message body would not share the upstream with it.
-    for _ in range(max(3, requests // 4)):
-        full_first.append(stream(direct, url, full_body, AUTH).first_event_s)
-    present = [contexts[(s.id, f.probe)][1] for s, f in plan]
-    return {
+    loaded = {
         "messages": size,
         "sessions": len(sessions),
         "requests": requests,
         "load_s": round(loaded_s, 1),
         "summary_jobs": jobs,
         "job_cpu_ms": job_cpu_s / jobs * 1000 if jobs else None,
-        **stored,
-        "forwarded_tokens": statistics.mean(tokens),
+        **stored_kb(store, sessions[0].id),
+    }
+    return SizeRun(
+        size, plan, {(s.id, f.probe): forwarded(client, s, f) for s, f in plan}, loaded,
+        full_history_cost(TokenCounter(), *plan[0]),
+        chat_body([*plan[0][0].messages, probe(plan[0][1])]),
+    )  # fmt: skip
+
+
+def send(run: SizeRun, i: int, client: httpx.Client, direct: httpx.Client, url: str) -> None:
+    """The run's ``i``-th request through the gateway and its context straight to the
+    upstream, in turn (A B B A: neither path always runs on a warm cache)."""
+    session, fact = run.plan[i]
+    headers = {**AUTH, "X-Session-Id": session.id}
+    context, _ = run.contexts[(session.id, fact.probe)]
+
+    def through_gateway() -> None:
+        timed = stream(client, "/v1/chat/completions", chat_body([probe(fact)]), headers)
+        run.gw_first.append(timed.first_event_s)
+        run.tokens.append(int(timed.headers["x-memory-context-tokens"]))
+
+    def straight() -> None:
+        run.direct_first.append(stream(direct, url, chat_body(context), AUTH).first_event_s)
+
+    for step in (through_gateway, straight) if i % 2 else (straight, through_gateway):
+        step()
+
+
+def measure_sizes(
+    runs: Sequence[SizeRun], client: httpx.Client, direct: httpx.Client, gw: Gateway,
+    redis_pid: int, upstream: str,
+) -> None:  # fmt: skip
+    """Every size's requests, the sizes interleaved in blocks of ``BLOCK``.
+
+    Sizes measured one after the other compared different machines: this machine's speed
+    drifts by up to 2x within minutes, and the last size measured (the longest session)
+    took all of the drift. In rotating blocks every size sees the same drift. CPU is
+    read around each block (schedstat: ns, not ticks)."""
+    url = f"{upstream}/chat/completions"
+    for run in runs:
+        # Warm-up (not counted, nothing recorded): pools, caches, the first stream's setup.
+        for session, fact in run.plan[:5]:
+            warm = {**AUTH, "X-Session-Id": session.id, "X-Memory-Mode": "read"}
+            stream(client, "/v1/chat/completions", chat_body([probe(fact)]), warm)
+            context = run.contexts[(session.id, fact.probe)][0]
+            stream(direct, url, chat_body(context), AUTH)
+    requests = max(len(run.plan) for run in runs)
+    for block, start in enumerate(range(0, requests, BLOCK)):
+        shift = block % len(runs)
+        for run in [*runs[shift:], *runs[:shift]]:
+            cpu_gw, cpu_redis = cpu_seconds(gw.pid), cpu_seconds(redis_pid)
+            for i in range(start, min(start + BLOCK, len(run.plan))):
+                send(run, i, client, direct, url)
+            run.cpu_gw_s += cpu_seconds(gw.pid) - cpu_gw
+            run.cpu_redis_s += cpu_seconds(redis_pid) - cpu_redis
+    # The full history straight to the upstream, after the loop: the gateway's CPU above
+    # is its own, and a 10,000-message body would not share the upstream with it. Also
+    # interleaved, one request of each size in turn.
+    for _ in range(max(3, requests // 4)):
+        for run in runs:
+            run.full_first.append(stream(direct, url, run.full_body, AUTH).first_event_s)
+
+
+def size_row(run: SizeRun) -> dict[str, Any]:
+    gw_first, direct_first, requests = run.gw_first, run.direct_first, len(run.plan)
+    present = [run.contexts[(s.id, f.probe)][1] for s, f in run.plan]
+    return {
+        **run.loaded,
+        "forwarded_tokens": statistics.mean(run.tokens),
         "recall_present": sum(present) / len(present),
-        "gateway_cpu_ms": cpu_gw / requests * 1000,
-        "redis_cpu_ms": cpu_redis / requests * 1000,
+        "gateway_cpu_ms": run.cpu_gw_s / requests * 1000,
+        "redis_cpu_ms": run.cpu_redis_s / requests * 1000,
         "gateway_first_event_p50_ms": ms(statistics.median(gw_first)),
         "direct_first_event_p50_ms": ms(statistics.median(direct_first)),
         "added_p50_ms": ms(statistics.median(gw_first) - statistics.median(direct_first)),
         "added_p99_ms": ms(percentile(gw_first, 0.99) - percentile(direct_first, 0.99)),
-        "full_history_tokens": full["tokens"],
-        "full_history_bytes": full["bytes"],
-        "full_history_client_cpu_ms": full["cpu_ms"],
-        "full_history_first_event_p50_ms": ms(statistics.median(full_first)),
+        "full_history_tokens": run.full["tokens"],
+        "full_history_bytes": run.full["bytes"],
+        "full_history_client_cpu_ms": run.full["cpu_ms"],
+        "full_history_first_event_p50_ms": ms(statistics.median(run.full_first)),
     }
 
 
@@ -416,11 +469,14 @@ def run_flat_cost(args: argparse.Namespace, redis_server: RedisProcess) -> dict[
         with gateway(settings) as gw, redis_server.client() as store, \
                 httpx.Client(base_url=gw.url, headers=AUTH, timeout=120) as client, \
                 httpx.Client(timeout=120) as direct:  # fmt: skip
-            rows = []
+            runs = []
             for size in sizes:
-                rows.append(measure_size(client, direct, gw, store, redis_pid, upstream, size,
-                                         args.requests, args.seed))  # fmt: skip
-                log(f"  {size} messages: {rows[-1]}")
+                runs.append(prepare_size(client, gw, store, size, args.requests, args.seed))
+                log(f"  {size} messages loaded: {runs[-1].loaded}")
+            measure_sizes(runs, client, direct, gw, redis_pid, upstream)
+            rows = [size_row(run) for run in runs]
+            for row in rows:
+                log(f"  {row['messages']} messages: {row}")
     result = {"preset": args.preset, "rows": rows, "ratio_last_first": ratios(rows, 0)}
     if len(rows) > 2:
         # The smallest session's whole history is smaller than the window and the
