@@ -31,8 +31,9 @@ from gateway.memory.model import Message
 from gateway.short_cache import remembered_when_short
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
-# One posting entry, "<index>:<tf>:<length>," (absolute indexes, as the load returns them).
-_ENTRY = re.compile(r"(\d+):(\d+):(\d+),")
+# One posting entry, "<index>:<tf>:<length>," (absolute indexes, as the load returns them):
+# its index and its "<tf>:<length>", which is all BM25 needs of it besides.
+_ENTRY = re.compile(r"(\d+):(\d+:\d+),")
 # Words too common to tell messages apart; numbers and names are what recall is for.
 _STOPWORDS_TEXT = """a about above after again against all am an and any are as at be because been
     before being below between both but by can could did do does doing down during each
@@ -105,8 +106,9 @@ def _entries(raw: str) -> tuple[int, str]:
     return int(df), entries
 
 
-def _entry_of(entries: str, index: str) -> tuple[str, str] | None:
-    """The (tf, length) of one message in a term's entries, found without parsing them all."""
+def _entry_of(entries: str, index: str) -> str | None:
+    """The "<tf>:<length>" of one message in a term's entries, found without parsing them
+    all."""
     key = f"{index}:"
     if entries.startswith(key):
         at = 0
@@ -114,8 +116,7 @@ def _entry_of(entries: str, index: str) -> tuple[str, str] | None:
         at = entries.find("," + key) + 1
         if at == 0:
             return None
-    _, tf, length = entries[at : entries.index(",", at)].split(":")
-    return tf, length
+    return entries[at + len(key) : entries.index(",", at)]
 
 
 # Messages still in the race looked up one by one (a substring search each) below this
@@ -165,6 +166,7 @@ def rank(
     prune = bool(lists) and lists[-1][0] > 0
     race = False  # only the messages in ``scores`` can still make the top
     score = _Scorer(K1 * (1 - B), K1 * B / average)
+    known = score.known
     # Indexes stay text until the end: an entry is matched, looked up and summed without
     # converting its three numbers (that was most of the time of a long session's rank).
     skipped = {str(index) for index in exclude}
@@ -180,32 +182,36 @@ def rank(
             for index in scores:
                 found = _entry_of(entries, index)
                 if found is not None:
-                    scores[index] += weight * score(*found)
+                    scores[index] += weight * (known.get(found) or score(found))
             continue
-        for index, tf, length in _ENTRY.findall(entries):
+        for index, pair in _ENTRY.findall(entries):
             if index in skipped or (race and index not in scores):
                 continue
-            scores[index] = scores.get(index, 0.0) + weight * score(tf, length)
+            # The factor looked up here, not in a call: this loop runs for every entry.
+            scores[index] = scores.get(index, 0.0) + weight * (known.get(pair) or score(pair))
+    if len(scores) > limit:
+        # Only the messages that can make the top are converted and sorted (ties kept).
+        cutoff = sorted(scores.values(), reverse=True)[limit - 1]
+        scores = {k: v for k, v in scores.items() if v >= cutoff}
     best = sorted(((int(k), v) for k, v in scores.items()), key=lambda item: (-item[1], -item[0]))
     return [Hit(index, round(value, 4)) for index, value in best[:limit]]
 
 
 class _Scorer:
     """BM25's term-frequency factor, ``tf / (tf + K1 * (1 - B + B * length / average))``,
-    remembered per (tf, length) as written in the postings: messages repeat the same few
-    pairs, so most entries cost one dictionary lookup and no number parsing."""
+    remembered in ``known`` per "<tf>:<length>" as written in the postings: messages
+    repeat the same few pairs, so most entries cost one dictionary lookup and no number
+    parsing. Called for a pair not yet known (the factor is never 0: tf >= 1)."""
 
     def __init__(self, base: float, per_term: float) -> None:
         self.base = base
         self.per_term = per_term
-        self.known: dict[tuple[str, str], float] = {}
+        self.known: dict[str, float] = {}
 
-    def __call__(self, tf_text: str, length_text: str) -> float:
-        key = (tf_text, length_text)
-        found = self.known.get(key)
-        if found is None:
-            tf = int(tf_text)
-            found = self.known[key] = tf / (tf + self.base + self.per_term * int(length_text))
+    def __call__(self, pair: str) -> float:
+        tf_text, _, length_text = pair.partition(":")
+        tf = int(tf_text)
+        found = self.known[pair] = tf / (tf + self.base + self.per_term * int(length_text))
         return found
 
 

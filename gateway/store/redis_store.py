@@ -266,13 +266,17 @@ table.sort(order, function(a, b)
 end)
 local loaded_from = n - #messages + 1
 local found, bytes = {}, 0
--- Every message the scanned postings name outside the tail: how many query terms it
--- holds, the rarest of them (its rank in ``order``) and its density there.
-local cover, rarest, density, named = {}, {}, {}, {}
+local tonumber, floor = tonumber, math.floor
+-- Every message the scanned postings name outside the tail, with its place in the
+-- prefetch order as one number, so that keeping the best ``cap`` compares numbers: more
+-- query terms held (1e14 each), then a rarer one (its term's rank in ``order``), then
+-- denser there (tf / length), then newer.
+local key, named = {}, {}
 local scan = SCANNED  -- bytes of postings read, rarest terms first
 for rank, term in ipairs(order) do
   local value = postings[term[2]]
-  local df, entries = string.match(value, '^(%d+)|(.*)$')
+  local bar = string.find(value, '|', 1, true)
+  local df, entries = string.sub(value, 1, bar - 1), string.sub(value, bar + 1)
   if #entries > scan then  -- the newest postings only: a request's work stays bounded
     entries = string.sub(entries, #entries - scan + 1)
     entries = string.sub(entries, (string.find(entries, ',', 1, true) or #entries) + 1)
@@ -281,37 +285,37 @@ for rank, term in ipairs(order) do
   -- What is returned is what was scanned: recall ranks exactly these postings.
   postings[term[2]] = df .. '|' .. entries
   if cap > 0 then
-    -- Most of the script's work. (Density matters: without it, 16 of 69 probes of
-    -- bench/conversations.py at 2,000 messages missed a hit, not 6.)
+    -- Most of the script's work, so one table per message and locals only. (Density
+    -- matters: without it, 16 of 69 probes of bench/conversations.py at 2,000 messages
+    -- missed a hit, not 6.)
+    local rarer = 1e14 - rank * 1e10
     for index, tf, len in string.gmatch(entries, '(%d+):(%d+):(%d+),') do
       index = tonumber(index)
       if index < loaded_from then
-        local seen = cover[index]
+        local seen = key[index]
         if seen then
-          cover[index] = seen + 1
+          key[index] = seen + 1e14
         else
-          cover[index], rarest[index] = 1, rank
-          density[index] = tonumber(tf) / math.max(tonumber(len), 1)
+          len = tonumber(len)
+          key[index] = rarer + floor(tonumber(tf) / (len > 1 and len or 1) * 9999) * 1e6
+            + (index < 999999 and index or 999999)
           named[#named + 1] = index
         end
       end
     end
   end
 end
--- The order as one number (more terms, then a rarer one, then denser, then newer), so
--- that keeping the best ``cap`` compares numbers rather than calling a function per pair.
 local best, keys = {}, {}
 for _, index in ipairs(named) do
-  local key = cover[index] * 1e14 - rarest[index] * 1e10
-    + math.floor(density[index] * 9999) * 1e6 + math.min(index, 999999)
+  local k = key[index]
   local n = #best
-  if n < cap or key > keys[n] then
+  if n < cap or k > keys[n] then
     local at = n + 1
-    while at > 1 and key > keys[at - 1] do
+    while at > 1 and k > keys[at - 1] do
       best[at], keys[at] = best[at - 1], keys[at - 1]
       at = at - 1
     end
-    best[at], keys[at] = index, key
+    best[at], keys[at] = index, k
     if n == cap then best[cap + 1], keys[cap + 1] = nil, nil end
   end
 end
