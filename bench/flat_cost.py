@@ -11,6 +11,8 @@ the answer was forwarded (``/context``), gateway and Redis CPU per request (on-C
 of every thread from ``/proc/<pid>/task/*/schedstat`` over the requests / N), and the
 time to the first SSE event through the gateway and straight to the upstream with the
 same forwarded messages, interleaved (A B B A), the difference being the added latency.
+The sizes take turns in blocks of 10 requests, so that the machine's drift reaches each
+alike.
 Beside it, the *full history* a client without the gateway would send: its tokens, its
 bytes, the client's CPU to serialize and count it, and its time to first event straight
 to the upstream. Ratios compare the largest size with the smallest (target <= 1.5x).
