@@ -124,7 +124,7 @@ class MemoryService:
             if not message.tokens:
                 if id(message) not in memo:
                     tokens = self.counter.count_message(message, model)
-                    memo[id(message)] = replace(message, tokens=tokens)
+                    memo[id(message)] = message.but(tokens=tokens)
                 message = memo[id(message)]
             out.append(message)
         return tuple(out)
@@ -382,7 +382,7 @@ class MemoryService:
 
         Returns what is known of the session afterwards (its count, turns, user and tail).
         """
-        stamped = tuple(replace(m, ts=now) for m in messages)
+        stamped = tuple(m.but(ts=now) for m in messages)
         before = (
             stored.message_count if truncate_to is None else min(stored.message_count, truncate_to)
         )
@@ -419,7 +419,7 @@ class MemoryService:
                 await self._end_sessions(keys.tenant, recorded.idle)
             else:
                 await self._end_idle_sessions(user, keys, now)
-        appended = tuple(replace(m, index=recorded.first + i) for i, m in enumerate(stamped))
+        appended = tuple(m.but(index=recorded.first + i) for i, m in enumerate(stamped))
         history = tuple(m for m in stored.tail if m.index < recorded.first) + appended
         return replace(
             stored,
@@ -439,7 +439,7 @@ class MemoryService:
     ) -> Predicted:
         """The jobs and automatic pins that appending ``messages`` after ``count_before``
         stored messages makes due (pure: jobs and pin ids derive from the indexes)."""
-        appended = tuple(replace(m, index=count_before + 1 + i) for i, m in enumerate(messages))
+        appended = tuple(m.but(index=count_before + 1 + i) for i, m in enumerate(messages))
         history = tuple(m for m in tail if m.index <= count_before) + appended
         jobs = schedule(
             self.composition, history, count_before=count_before, turns_before=turns_before

@@ -424,23 +424,20 @@ def create_client(
     return redis.Redis(connection_pool=pool)
 
 
-def _field(flat: Sequence[bytes], name: bytes) -> bytes | None:
-    """A field of a hash as a script returns HGETALL: a flat list of names and values."""
-    for at in range(0, len(flat) - 1, 2):
-        if flat[at] == name:
-            return flat[at + 1]
-    return None
+def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    """A hash as a script returns HGETALL (a flat list of names and values), as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _archive(reply: Sequence[Any], terms: Sequence[str]) -> Archive:
     """The recall part of a LOAD_SCRIPT reply."""
-    meta, found, raw = reply[0], reply[6], reply[7]
+    fields, found, raw = _fields(reply[0]), reply[6], reply[7]
     postings = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
     messages = {int(index): message for index, message in zip(raw[::2], raw[1::2], strict=True)}
     return Archive(
         postings,
-        int(_field(meta, b"indexed_docs") or 0),
-        int(_field(meta, b"indexed_length") or 0),
+        int(fields.get(b"indexed_docs") or 0),
+        int(fields.get(b"indexed_length") or 0),
         messages,
     )
 
@@ -614,7 +611,8 @@ class RedisStore:
         profile, history = (rest.pop(0), rest.pop(0)) if user is not None else (None, [])
         siblings = rest.pop(0) if user is not None and user_sessions else None
         first = count - len(raw) + 1
-        user_id = _field(meta, b"user_id")
+        fields = _fields(meta)
+        user_id = fields.get(b"user_id")
         state = SessionState(
             message_count=int(count),
             tail=tuple(Message.from_json(item, first + i) for i, item in enumerate(raw)),
@@ -622,10 +620,10 @@ class RedisStore:
             tiers=self._tiers.parse(keys, tiers),
             pins=tuple(Pin.from_data(codec.loads(p)) for p in pins),
             pending_jobs=int(pending),
-            ended=_field(meta, b"ended") is not None,
-            turns=int(_field(meta, b"turns") or 0),
+            ended=b"ended" in fields,
+            turns=int(fields.get(b"turns") or 0),
             exists=bool(meta),
-            updated=float(_field(meta, b"updated") or 0),
+            updated=float(fields.get(b"updated") or 0),
             postings=archive.postings,
             indexed_docs=archive.documents,
             indexed_length=archive.total_length,
