@@ -27,3 +27,16 @@ def test_a_large_message_is_parsed_every_time_not_kept() -> None:
     raw = Message("user", "x" * 10_000).to_json()
     first, second = Message.from_json(raw, 1), Message.from_json(raw, 1)
     assert first == second and first is not second
+
+
+def test_a_copy_changes_only_the_bookkeeping_asked_for() -> None:
+    calls = ({"id": "c1", "type": "function"},)
+    message = Message("assistant", "hi", calls, "t1", "bot", 3, 12, 1.5)
+    assert message.but(index=9) == Message("assistant", "hi", calls, "t1", "bot", 9, 12, 1.5)
+    assert message.but(tokens=4) == Message("assistant", "hi", calls, "t1", "bot", 3, 4, 1.5)
+    assert message.but(ts=2.0) == Message("assistant", "hi", calls, "t1", "bot", 3, 12, 2.0)
+    # Zero is a value, not "unchanged": a copy may be unplaced or uncounted again.
+    assert message.but(index=0, tokens=0, ts=0.0) == Message(
+        "assistant", "hi", calls, "t1", "bot", 0, 0, 0.0
+    )
+    assert message.but() == message
