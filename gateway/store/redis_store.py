@@ -429,9 +429,12 @@ def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def _archive(reply: Sequence[Any], terms: Sequence[str]) -> Archive:
-    """The recall part of a LOAD_SCRIPT reply."""
-    fields, found, raw = _fields(reply[0]), reply[6], reply[7]
+def _archive(
+    reply: Sequence[Any], terms: Sequence[str], fields: dict[bytes, bytes] | None = None
+) -> Archive:
+    """The recall part of a LOAD_SCRIPT reply (``fields``: its meta, if already read)."""
+    fields = _fields(reply[0]) if fields is None else fields
+    found, raw = reply[6], reply[7]
     postings = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
     messages = {int(index): message for index, message in zip(raw[::2], raw[1::2], strict=True)}
     return Archive(
@@ -607,11 +610,11 @@ class RedisStore:
 
         own, *rest = await self._scripted_pipeline(build)
         meta, count, raw, tiers, pins, pending, _, _ = own
-        archive = _archive(own, terms)
+        fields = _fields(meta)
+        archive = _archive(own, terms, fields)
         profile, history = (rest.pop(0), rest.pop(0)) if user is not None else (None, [])
         siblings = rest.pop(0) if user is not None and user_sessions else None
         first = count - len(raw) + 1
-        fields = _fields(meta)
         user_id = fields.get(b"user_id")
         state = SessionState(
             message_count=int(count),
