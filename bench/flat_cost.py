@@ -327,7 +327,6 @@ def full_history_cost(counter: TokenCounter, session: Session, fact: Fact) -> di
 class SizeRun:
     """One size's sessions and requests, and what its requests measured so far."""
 
-    size: int
     plan: list[tuple[Session, Fact]]  # the requests, in order
     contexts: dict[tuple[str, str], tuple[list[Any], bool]]  # what /context forwards
     loaded: dict[str, Any]  # import, flush and storage figures
@@ -365,7 +364,7 @@ def prepare_size(
         **stored_kb(store, sessions[0].id),
     }
     return SizeRun(
-        size, plan, {(s.id, f.probe): forwarded(client, s, f) for s, f in plan}, loaded,
+        plan, {(s.id, f.probe): forwarded(client, s, f) for s, f in plan}, loaded,
         full_history_cost(TokenCounter(), *plan[0]),
         chat_body([*plan[0][0].messages, probe(plan[0][1])]),
     )  # fmt: skip
