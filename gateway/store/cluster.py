@@ -59,8 +59,11 @@ class ClusterConnections:
         self._initialized = False
         self._refreshing: asyncio.Task[None] | None = None
 
-    async def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Each command on its slot's master, all at once; the replies in order."""
+    async def execute(
+        self, commands: Sequence[tuple[Any, ...]], timeout_s: float | None = None
+    ) -> list[Any]:
+        """Each command on its slot's master, all at once; the replies in order.
+        ``timeout_s``: each master's deadline (see ``Connections.execute``)."""
         await self._initialize()
         nodes = self._cluster.nodes_manager
         groups: dict[str, tuple[ClusterNode, list[int]]] = {}
@@ -71,7 +74,7 @@ class ClusterConnections:
         replies: list[Any] = [None] * len(commands)
 
         async def send(node: ClusterNode, ats: list[int]) -> None:
-            got = await self._on(node).execute([commands[at] for at in ats])
+            got = await self._on(node).execute([commands[at] for at in ats], timeout_s)
             for at, reply in zip(ats, got, strict=True):
                 replies[at] = reply
 
@@ -89,7 +92,7 @@ class ClusterConnections:
                     replies[at] = outcome
         for at, reply in enumerate(replies):
             if isinstance(reply, AskError):  # MOVED included (a subclass)
-                replies[at] = await self._redirected(commands[at], reply)
+                replies[at] = await self._redirected(commands[at], reply, timeout_s)
         return replies
 
     async def per_server(self, commands: Sequence[tuple[Any, ...]]) -> None:
@@ -102,16 +105,19 @@ class ClusterConnections:
         await self._initialize()
         await asyncio.gather(*(self._on(node).warm() for node in self._all()))
 
-    async def _redirected(self, command: tuple[Any, ...], error: AskError) -> Any:
+    async def _redirected(
+        self, command: tuple[Any, ...], error: AskError, timeout_s: float | None
+    ) -> Any:
         nodes = self._cluster.nodes_manager
         if isinstance(error, MovedError):
             await nodes.move_slot(error)
-            (reply,) = await self._on(nodes.get_node_from_slot(error.slot_id)).execute([command])
+            node = nodes.get_node_from_slot(error.slot_id)
+            (reply,) = await self._on(node).execute([command], timeout_s)
             return reply
         node = nodes.get_node(host=error.host, port=error.port) or ClusterNode(
             error.host, error.port, **nodes.connection_kwargs
         )
-        _, reply = await self._on(node).execute([("ASKING",), command])
+        _, reply = await self._on(node).execute([("ASKING",), command], timeout_s)
         return reply
 
     def _on(self, node: ClusterNode) -> Connections:

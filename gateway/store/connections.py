@@ -2,9 +2,9 @@
 
 A turn makes two round trips, each a script call and a few commands. Each call writes
 its commands at once on one of a few long-lived connections and waits for its replies,
-which Redis sends in the order the commands arrived; one reader task per connection
-hands each caller its own. Many concurrent requests share a connection without waiting
-for each other's round trips.
+which Redis sends in the order the commands arrived; the connection's protocol parses
+replies as they arrive and hands each caller its own. Many concurrent requests share a
+connection without waiting for each other's round trips.
 
 Why not redis-py's pool and pipeline: through them one round trip cost ~115 µs of
 gateway CPU (hot caches, the 2-core machine), here ~35 µs; and a burst of requests had to
@@ -14,9 +14,22 @@ another: in a 256-stream burst, loads queued behind the pool passed the 100 ms d
 the same loop turn and read back together.
 
 redis-py still connects (TLS, unix sockets, AUTH, SELECT, its protocol handshake) and
-reads and parses replies (hiredis); hiredis packs the commands (in C: ~6 µs for a turn's
-record call, ~50 µs in redis-py's Python packer, the same bytes). Replies come back as
-Redis sent them (no response callbacks); an error reply is returned in its place.
+hands over its transport; hiredis packs the commands (in C: ~6 µs for a turn's record
+call, ~50 µs in redis-py's Python packer, the same bytes) and parses the replies, with
+redis-py's error classes. Replies come back as Redis sent them (no response callbacks);
+an error reply is returned in its place.
+
+The deadline (``execute``'s ``timeout_s``) bounds how long Redis may stay silent, not how
+long a call waits. A call fails when nothing has come from Redis on its connection for
+``timeout_s`` since it was written: a black-holed or stalled Redis degrades requests in
+``timeout_s``. A Redis that keeps answering the calls queued ahead of it (a burst: 1,024
+streams' loads written in one loop turn take Redis ~100 ms to run) lets the call wait up
+to ``max_queued_s`` longer. Replies are parsed where they arrive (the protocol's
+``data_received``, in the loop's I/O phase, before its timers run), so a reply that came
+while the loop was busy with other requests is in hand when the deadline is checked: the
+loop's own lateness is never counted against Redis. (With a reader task and redis-py's
+stream, replies waited in the stream's buffer behind a busy loop: a 1,024-stream hold
+degraded 115 answers of 3,478 with Redis answering every ping within 3 ms.)
 
 Notes:
     A caller that gives up (its deadline, its client gone) leaves its entry in the queue:
@@ -24,9 +37,9 @@ Notes:
     That connection is slow, though, and every new call on it would wait behind those
     replies: it takes no new calls (it "drains"), and is closed once its last reply is
     read; new calls go to the other connections, or to a new one.
-    A write cut short, or a connection that fails or is closed by the server (a Redis
-    restart), fails every caller waiting on it (they degrade) and is replaced on the
-    next call; the reader notices a close while idle, so a restart costs no command.
+    A connection that fails or is closed by the server (a Redis restart) fails every
+    caller waiting on it (they degrade) and is replaced on the next call; the protocol
+    notices a close while idle, so a restart costs no command.
     Connecting is shared by the callers that need the connection and is not cancelled
     when one of them gives up.
 """
@@ -35,69 +48,140 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import hiredis
+from redis._parsers import BaseParser
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import InvalidResponse
+
+from gateway.store.loop_lag import MAX_EXTRA_S
 
 # Enough to spread reply parsing over a few sockets; Redis runs one command at a time.
 LINKS = 4
+# How much longer than its deadline a call may wait while Redis keeps answering the calls
+# queued ahead of it on its connection; past it, the call fails however busy Redis is. The
+# same allowance as the store's other calls get for a late loop (the sockets' own timeout
+# leaves room for it: see wiring).
+MAX_QUEUED_S = MAX_EXTRA_S
+_INCOMPLETE = object()  # hiredis: no whole reply buffered yet
 
 
-@dataclass
+@dataclass(slots=True)
 class _Waiting:
     """One call's place in a connection's queue."""
 
     future: asyncio.Future[list[Any]]
     expected: int
+    written_at: float  # time.monotonic()
     replies: list[Any] = field(default_factory=list)
+    deadline: asyncio.TimerHandle | None = None
 
 
-class _Link:
-    """One connection, its reader task, and the calls waiting for replies, in order."""
+class _Link(asyncio.Protocol):
+    """One connection, once open its transport's protocol, and the calls waiting for
+    replies, in order."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.queue: deque[_Waiting] = deque()
         self.failed: BaseException | None = None
-        self.reader: asyncio.Task[None] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.parser: Any = None  # hiredis.Reader, once open
+        self._stream_protocol: asyncio.BaseProtocol | None = None  # redis-py's, replaced
+        # When bytes last came from Redis (time.monotonic()): the deadline's clock. The
+        # loop's clock is not used: uvloop's stands still while a loop turn runs.
+        self.heard_at = 0.0
         self.closing: asyncio.Task[None] | None = None
         self.draining = False  # takes no new calls; closed when its queue is empty
         self.ready: asyncio.Future[None] = asyncio.ensure_future(self._open())
         self.ready.add_done_callback(self._opened)
 
     async def _open(self) -> None:
-        await self.connection.connect()
-        self.reader = asyncio.ensure_future(self._read())
+        connection = self.connection
+        await connection.connect()
+        # The handshake's replies are read; nothing else was asked, so nothing is
+        # buffered. redis-py's connection keeps the transport (and closes it).
+        decoding = (
+            {"encoding": connection.encoder.encoding, "errors": connection.encoder.encoding_errors}
+            if connection.encoder.decode_responses
+            else {}
+        )
+        self.parser = hiredis.Reader(
+            protocolError=InvalidResponse,
+            replyError=BaseParser.parse_error,  # NOSCRIPT as NoScriptError, as redis-py has it
+            notEnoughData=_INCOMPLETE,
+            **decoding,
+        )
+        transport = connection._writer.transport
+        self._stream_protocol = transport.get_protocol()  # told of the close, for redis-py
+        transport.set_protocol(self)
+        self.transport = transport
 
-    async def _read(self) -> None:
+    def send(self, packed: bytes) -> None:
+        """One write of a call's commands (the transport buffers what the socket does not
+        take at once; the call's deadline bounds a Redis that stops reading)."""
+        assert self.transport is not None  # open: Connections._link waited for it
+        self.transport.write(packed)
+
+    def data_received(self, data: bytes) -> None:
+        self.heard_at = time.monotonic()
+        parser = self.parser
+        parser.feed(data)
         try:
-            while True:
-                try:
-                    reply = await self.connection.read_response()
-                except ResponseError as error:  # an error reply: the connection is fine
-                    reply = error
-                if not self.queue:
-                    raise RedisConnectionError("a reply nobody asked for")
-                waiting = self.queue[0]
-                waiting.replies.append(reply)
-                if len(waiting.replies) == waiting.expected:
-                    self.queue.popleft()
-                    if not waiting.future.done():  # not given up
-                        waiting.future.set_result(waiting.replies)
-                    if self.draining and not self.queue:
-                        self.fail(RedisConnectionError("drained"))  # nobody is left to fail
-                        return
-        except asyncio.CancelledError:
-            self.fail(RedisConnectionError("connection closed"))
-            raise
-        except Exception as error:
+            reply = parser.gets()
+            while reply is not _INCOMPLETE and self.failed is None:
+                self._take(reply)
+                reply = parser.gets()
+        except Exception as error:  # a protocol error: where the stream stands is unknown
             self.fail(error)
+
+    def _take(self, reply: Any) -> None:
+        if not self.queue:
+            raise RedisConnectionError("a reply nobody asked for")
+        waiting = self.queue[0]
+        waiting.replies.append(reply)
+        if len(waiting.replies) == waiting.expected:
+            self.queue.popleft()
+            if not waiting.future.done():  # not given up
+                waiting.future.set_result(waiting.replies)
+            if self.draining and not self.queue:
+                self.fail(RedisConnectionError("drained"))  # nobody is left to fail
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fail(exc or RedisConnectionError("connection closed"))
+        # redis-py's stream waits for the close it started (``disconnect``).
+        if self._stream_protocol is not None:
+            self._stream_protocol.connection_lost(exc)
+
+    def expire_unless_heard(self, waiting: _Waiting, timeout_s: float, max_queued_s: float) -> None:
+        """The call's deadline: it fails once Redis has been silent on this connection for
+        ``timeout_s`` since it was written, or it has waited ``max_queued_s`` more."""
+        waiting.deadline = None
+        if waiting.future.done():
+            return
+        now = time.monotonic()
+        due = min(
+            max(waiting.written_at, self.heard_at) + timeout_s,
+            waiting.written_at + timeout_s + max_queued_s,
+        )
+        if now < due:  # Redis answered the calls ahead: this one is queued, not lost
+            waiting.deadline = asyncio.get_running_loop().call_later(
+                due - now, self.expire_unless_heard, waiting, timeout_s, max_queued_s
+            )
+        else:
+            silent_ms = (now - max(waiting.written_at, self.heard_at)) * 1000
+            waiting.future.set_exception(
+                TimeoutError(
+                    f"no reply for {(now - waiting.written_at) * 1000:.0f} ms "
+                    f"(redis silent for {silent_ms:.0f} ms)"
+                )
+            )
 
     def _opened(self, ready: asyncio.Future[None]) -> None:
         if ready.cancelled() or ready.exception() is not None:  # the caller who waited sees it
@@ -121,8 +205,6 @@ class _Link:
                 waiting.future.set_exception(
                     RedisConnectionError(f"redis connection lost: {error}")
                 )
-        if self.reader is not None and self.reader is not asyncio.current_task():
-            self.reader.cancel()
         if self.closing is None:
             self.closing = asyncio.ensure_future(self.connection.disconnect(nowait=True))
 
@@ -146,36 +228,51 @@ class ConnectionFactory(Protocol):
 
 class Connections:
     """``LINKS`` connections like ``pool``'s (the same class, server and settings, read when
-    one is made), without a socket timeout of their own: the store's deadline bounds each
-    call. ``pool`` itself (a pool, or a cluster's node) is never checked out from."""
+    one is made), without a socket timeout of their own: each call's deadline bounds it.
+    ``pool`` itself (a pool, or a cluster's node) is never checked out from."""
 
-    def __init__(self, pool: ConnectionFactory, links: int = LINKS) -> None:
+    def __init__(
+        self, pool: ConnectionFactory, links: int = LINKS, *, max_queued_s: float = MAX_QUEUED_S
+    ) -> None:
         self._pool = pool
         self._size = links
+        self._max_queued_s = max_queued_s
         self._links: list[_Link] = []  # taking new calls
         self._draining: list[_Link] = []  # closed once read to the end
         self._turn = itertools.count()
 
-    async def execute(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Sends the commands in one write and returns their replies, in order."""
-        link = await self._link()
-        loop = asyncio.get_running_loop()
-        waiting = _Waiting(loop.create_future(), len(commands))
+    async def execute(
+        self, commands: Sequence[tuple[Any, ...]], timeout_s: float | None = None
+    ) -> list[Any]:
+        """Sends the commands in one write and returns their replies, in order.
+
+        ``timeout_s``: the deadline (see the module's notes); ``TimeoutError`` past it.
+        None: the caller bounds the call.
+        """
+        link = await self._link(timeout_s)
         packed = b"".join(map(hiredis.pack_command, commands))
-        # No await between joining the queue and the write (the connection is open):
-        # the queue's order is the order of the commands on the wire.
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(loop.create_future(), len(commands), time.monotonic())
+        # The queue's order is the order of the commands on the wire.
         link.queue.append(waiting)
         try:
-            await link.connection.send_packed_command(packed, check_health=False)
-        except BaseException as error:  # a write cut short: where the stream stands is unknown
+            link.send(packed)
+        except BaseException as error:  # a write refused: where the stream stands is unknown
             link.fail(error)
             raise
+        if timeout_s is not None:
+            waiting.deadline = loop.call_later(
+                timeout_s, link.expire_unless_heard, waiting, timeout_s, self._max_queued_s
+            )
         try:
             return await waiting.future
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, TimeoutError):
             if waiting in link.queue:  # given up with replies still to come
                 self._drain(link)
             raise
+        finally:
+            if waiting.deadline is not None:
+                waiting.deadline.cancel()
 
     async def per_server(self, commands: Sequence[tuple[Any, ...]]) -> None:
         """The commands once on the server (loading the scripts); error replies raise."""
@@ -193,7 +290,7 @@ class Connections:
             self._links.remove(link)
             self._draining.append(link)
 
-    async def _link(self) -> _Link:
+    async def _link(self, timeout_s: float | None) -> _Link:
         self._links = [link for link in self._links if link.usable]
         self._draining = [link for link in self._draining if link.failed is None]
         if len(self._links) < self._size:
@@ -203,12 +300,13 @@ class Connections:
             link = self._links[next(self._turn) % len(self._links)]
         if not link.ready.done():
             try:
-                await asyncio.shield(link.ready)  # a caller giving up does not stop the connect
-            except asyncio.CancelledError:
+                # A caller giving up does not stop the connect.
+                await asyncio.wait_for(asyncio.shield(link.ready), timeout_s)
+            except (asyncio.CancelledError, TimeoutError):
                 self._drain(link)  # slow to connect: not for the next calls either
                 raise
         link.ready.result()
-        if link.failed is not None or not link.connection.is_connected:
+        if link.failed is not None or link.transport is None or link.transport.is_closing():
             link.fail(link.failed or RedisConnectionError("connection closed"))
             raise RedisConnectionError(f"redis connection lost: {link.failed}")
         return link
@@ -223,9 +321,6 @@ class Connections:
         for link in links:
             if not link.ready.done():
                 link.ready.cancel()
-            if link.reader is not None:
-                link.reader.cancel()
-                await asyncio.gather(link.reader, return_exceptions=True)
             if link.closing is not None:
                 await asyncio.gather(link.closing, return_exceptions=True)
             await link.connection.disconnect()

@@ -1,5 +1,9 @@
 """A Redis deadline that does not count the event loop's own lateness.
 
+For the store's calls through redis-py (the memory API, the catalog, start-up): the
+request path's load and record keep their deadline in ``connections``, which knows when
+Redis last answered and so needs no guess from the loop's lateness.
+
 The Redis deadline (``redis.timeout_ms``) bounds how long a request waits for Redis. Under
 load a reply arrives in time and then waits in the event loop's queue behind other
 requests' work; counted against the deadline, that queueing degraded requests (memory

@@ -9,10 +9,12 @@ decides between fail-open and fail-closed. Key shapes live in ``keys.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -463,6 +465,10 @@ def _notice(shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> JobNotic
     return JobNotice(entry_id, keys, fields[b"job"].decode(), shard)
 
 
+# For calls whose deadline is kept below the store (the request path's connections).
+_UNTIMED: AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+
+
 class RedisStore:
     """Session memory in Redis, every call bounded by a deadline."""
 
@@ -505,12 +511,20 @@ class RedisStore:
     ) -> T:
         """``call`` under the store's deadline; its failure is ``StoreUnavailable``. Also
         for the store's own modules (``catalog``) that build on this connection."""
-        started = time.perf_counter()
         deadline = timeout_s or self.timeout_s
+        timer = lag_tolerant_timeout(deadline) if self.lag_tolerant else asyncio.timeout(deadline)
+        return await self._guarded(call, op, timer)
+
+    async def _guarded(
+        self,
+        call: Callable[[], Awaitable[T]],
+        op: Callable[..., Any] | None,
+        timer: AbstractAsyncContextManager[Any] = _UNTIMED,
+    ) -> T:
+        """``call``'s failure as ``StoreUnavailable``, its time in the metrics."""
+        started = time.perf_counter()
         try:
-            async with (
-                lag_tolerant_timeout(deadline) if self.lag_tolerant else asyncio.timeout(deadline)
-            ):
+            async with timer:
                 return await call()
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
@@ -810,12 +824,13 @@ class RedisStore:
         commands = [args for args, _ in pipe.command_stack]
 
         async def run() -> list[Any]:
-            return await self._connections.execute(commands)
+            # The connections keep the deadline: they know when Redis last answered.
+            return await self._connections.execute(commands, self.timeout_s)
 
-        replies = await self.bounded(run, op=build)
+        replies = await self._guarded(run, build)
         if any(isinstance(reply, NoScriptError) for reply in replies):
             await self._load_scripts()
-            replies = await self.bounded(run, op=build)
+            replies = await self._guarded(run, build)
         for reply in replies[:needed]:
             if isinstance(reply, Exception):
                 raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")

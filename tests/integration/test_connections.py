@@ -4,6 +4,7 @@ real Redis."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -93,3 +94,77 @@ async def test_a_server_that_cannot_be_reached_fails_the_call_and_the_next_one_c
         await unreachable.execute([("PING",)])
     await unreachable.aclose()
     await client.aclose()
+
+
+# --- the deadline: how long Redis may stay silent, not how long a call waits ---------------
+
+# Holds Redis for ARGV[1] microseconds, then answers: a busy Redis, not a lost one.
+BUSY = """
+local start = redis.call('TIME')
+repeat
+  local now = redis.call('TIME')
+until (now[1] - start[1]) * 1000000 + (now[2] - start[2]) >= tonumber(ARGV[1])
+return 1
+"""
+# Redis reads a client's commands 16 KiB at a time and sends the replies of what it read
+# before reading on. Padded past that, each busy call is read, run and answered on its own,
+# as the commands of a burst of requests are.
+PADDING = "x" * 20_000
+
+
+def busy(microseconds: int) -> tuple[object, ...]:
+    return ("EVAL", BUSY, 0, microseconds, PADDING)
+
+
+@pytest.fixture
+async def one_link(redis_server: RedisProcess) -> AsyncIterator[Connections]:
+    """A single connection: every call queues behind the ones written before it."""
+    client = create_client(redis_server.url, timeout_s=2, max_connections=2)
+    opened = Connections(client.connection_pool, links=1, max_queued_s=0.3)
+    yield opened
+    await opened.aclose()
+    await client.aclose()
+
+
+async def test_a_call_queued_behind_calls_redis_keeps_answering_waits_past_its_deadline(
+    one_link: Connections,
+) -> None:
+    ahead = [asyncio.ensure_future(one_link.execute([busy(40_000)])) for _ in range(4)]
+    await asyncio.sleep(0)  # written first
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert await one_link.execute([("PING",)], timeout_s=0.05) == [b"PONG"]
+    assert loop.time() - start >= 0.15  # three times its deadline, answered all along
+    assert await asyncio.gather(*ahead) == [[1]] * 4
+
+
+async def test_a_call_on_a_silent_redis_times_out_at_its_deadline(one_link: Connections) -> None:
+    blocked = asyncio.ensure_future(one_link.execute([("BLPOP", "conn:never", 0.5)]))
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(TimeoutError):
+        await one_link.execute([("PING",)], timeout_s=0.05)
+    assert 0.05 <= loop.time() - start < 0.3  # not extended: nothing came from Redis
+    assert await blocked == [None]  # the connection still reads what it owes
+    assert await one_link.execute([("PING",)], timeout_s=0.5) == [b"PONG"]  # a new one
+
+
+async def test_waiting_behind_a_busy_redis_is_capped(one_link: Connections) -> None:
+    ahead = [asyncio.ensure_future(one_link.execute([busy(40_000)])) for _ in range(12)]
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(TimeoutError):
+        await one_link.execute([("PING",)], timeout_s=0.05)
+    # Its deadline and max_queued_s (0.3 s), though Redis kept answering (0.48 s of work).
+    assert 0.35 <= loop.time() - start < 0.48
+    await asyncio.gather(*ahead)
+
+
+async def test_a_reply_that_came_while_the_loop_was_busy_is_taken(one_link: Connections) -> None:
+    await one_link.execute([("PING",)])  # open
+    call = asyncio.ensure_future(one_link.execute([("PING",)], timeout_s=0.05))
+    await asyncio.sleep(0)  # written, its deadline set
+    time.sleep(0.2)  # noqa: ASYNC251 (on purpose: other requests' work holds the loop)
+    assert await call == [b"PONG"]  # Redis answered at once; the loop was late, not Redis

@@ -26,6 +26,7 @@ from gateway.memory import recall
 from gateway.memory.jobs import schedule
 from gateway.memory.model import Message
 from gateway.memory.service import MemoryService, session_keys
+from gateway.store.connections import _Link
 from gateway.store.redis_store import CANDIDATE_BYTES, CANDIDATES_SCANNED, RedisStore
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import Memory, build_settings, register_content, say, sdk
@@ -47,6 +48,17 @@ class RoundTrips:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+
+    def count_request_path(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The request path's shared connections write each round trip in one send."""
+        calls = self.calls
+        send = _Link.send
+
+        def counted(link: _Link, packed: bytes) -> None:
+            calls.append(_store_method())
+            send(link, packed)
+
+        monkeypatch.setattr(_Link, "send", counted)
 
     def connection_class(self) -> type[Connection]:
         calls = self.calls
@@ -82,13 +94,14 @@ def _withdraw_notices(redis_server: RedisProcess) -> Iterator[None]:
 
 @pytest.fixture
 def counted_gateway(
-    upstream_url: str, redis_server: RedisProcess
+    upstream_url: str, redis_server: RedisProcess, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Any, RoundTrips]]:
-    """Gateways whose request-path Redis client counts its round trips."""
+    """Gateways whose Redis connections count their round trips."""
     from gateway.wiring import build_clients
 
     started: list[ServerThread] = []
     trips = RoundTrips()
+    trips.count_request_path(monkeypatch)
 
     def make(preset: str, **memory: Any) -> ServerThread:
         # Jobs stay pending (no in-process worker), so the test can see they were enqueued.
