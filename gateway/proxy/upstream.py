@@ -45,6 +45,9 @@ from gateway.memory.summarizer import SummarizerUnavailable
 
 # aiohttp adds these unless told not to; a transparent proxy sends the client's only.
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+# aiohttp's writer waits for the transport to drain only past this many bytes written
+# since the last drain (its write's LIMIT); below it a write returns without waiting.
+_UNDRAINED = 0x10000
 # Bytes a query may carry as they are; anything else (non-ASCII) is percent-encoded.
 _QUERY_SAFE = bytes(range(0x21, 0x7F))
 
@@ -114,6 +117,9 @@ class _Body(aiohttp.payload.Payload):
             await self._write(writer, chunk)
 
     async def _write(self, writer: AbstractStreamWriter, chunk: bytes) -> None:
+        if writer.buffer_size + len(chunk) <= _UNDRAINED:
+            await writer.write(chunk)  # buffered by the transport: no wait to bound
+            return
         try:
             async with asyncio.timeout(self.write_s):
                 await writer.write(chunk)
@@ -186,8 +192,12 @@ class UpstreamResponse:
         content = self._response.content
         while True:
             try:
-                async with asyncio.timeout(self._idle_s):
-                    chunk = await content.readany()
+                # What has arrived is taken without a timer (~6 µs each: a fast upstream
+                # sends a whole answer at once); only a wait for more is bounded.
+                chunk = content.read_nowait()
+                if not chunk and not content.is_eof():
+                    async with asyncio.timeout(self._idle_s):
+                        chunk = await content.readany()
                 piece = decoder.feed(chunk) if chunk else decoder.flush()
             except TimeoutError:
                 raise UpstreamStreamBroken(
