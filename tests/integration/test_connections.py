@@ -168,3 +168,27 @@ async def test_a_reply_that_came_while_the_loop_was_busy_is_taken(one_link: Conn
     await asyncio.sleep(0)  # written, its deadline set
     time.sleep(0.2)  # noqa: ASYNC251 (on purpose: other requests' work holds the loop)
     assert await call == [b"PONG"]  # Redis answered at once; the loop was late, not Redis
+
+
+async def test_the_calls_of_one_loop_turn_go_out_in_one_write(one_link: Connections) -> None:
+    await one_link.execute([("PING",)])  # open
+    (link,) = one_link._links
+    real = link.transport
+    writes: list[bytes] = []
+
+    class Counting:
+        def write(self, data: bytes) -> None:
+            writes.append(data)
+            real.write(data)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+    link.transport = Counting()  # type: ignore[assignment]
+    replies = await asyncio.gather(
+        *(one_link.execute([("ECHO", f"e{n}")], timeout_s=1) for n in range(50))
+    )
+    assert replies == [[f"e{n}".encode()] for n in range(50)]
+    assert len(writes) == 1  # a write per call was ~3.5% of the gateway's CPU
+    assert await one_link.execute([("PING",)]) == [b"PONG"]  # a later turn: a write of its own
+    assert len(writes) == 2

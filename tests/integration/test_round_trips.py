@@ -50,13 +50,13 @@ class RoundTrips:
         self.calls: list[str] = []
 
     def count_request_path(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The request path's shared connections write each round trip in one send."""
+        """The request path's shared connections: a round trip is one call's send."""
         calls = self.calls
         send = _Link.send
 
-        def counted(link: _Link, packed: bytes) -> None:
+        def counted(link: _Link, packed: bytes, waiting: Any) -> None:
             calls.append(_store_method())
-            send(link, packed)
+            send(link, packed, waiting)
 
         monkeypatch.setattr(_Link, "send", counted)
 
