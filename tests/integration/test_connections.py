@@ -165,7 +165,9 @@ async def test_waiting_behind_a_busy_redis_is_capped(one_link: Connections) -> N
 async def test_a_reply_that_came_while_the_loop_was_busy_is_taken(one_link: Connections) -> None:
     await one_link.execute([("PING",)])  # open
     call = asyncio.ensure_future(one_link.execute([("PING",)], timeout_s=0.05))
+    await asyncio.sleep(0)  # the call queued for this loop turn's write
     await asyncio.sleep(0)  # written, its deadline set
+    assert not one_link._links[0].unsent
     time.sleep(0.2)  # noqa: ASYNC251 (on purpose: other requests' work holds the loop)
     assert await call == [b"PONG"]  # Redis answered at once; the loop was late, not Redis
 
