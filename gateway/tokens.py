@@ -14,14 +14,15 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable
-from functools import lru_cache
+from collections.abc import Callable, Iterable
+from functools import lru_cache, partial
 from typing import Any
 
 import tiktoken
 from tiktoken.model import encoding_name_for_model
 
 from gateway.memory.model import Message, content_text
+from gateway.memory.recent import Recent
 from gateway.short_cache import remembered_when_short
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class TokenCounter:
 
     def __init__(self, default_model: str = "gpt-4o") -> None:
         self.default_model = default_model
+        self._per_model: Recent[str, Callable[[str], int]] = Recent(64)
 
     def warm(self) -> None:
         """Load the default model's encoding now (start-up), not at the first request."""
@@ -116,6 +118,15 @@ class TokenCounter:
         if "\n" not in text and "\r" not in text:
             return _count(text, model)
         return _count_lines(text, model)
+
+    def for_model(self, model: str) -> Callable[[str], int]:
+        """``count_text`` for one model, as the same object at every call: what is derived
+        with it can be remembered by it (``assemble``'s tier items)."""
+        count = self._per_model.get(model)
+        if count is None:
+            count = partial(self.count_text, model=model)
+            self._per_model.put(model, count)
+        return count
 
     def count_message(self, message: Message, model: str | None = None) -> int:
         return TOKENS_PER_MESSAGE + self.count_payload(message.to_openai(), model)

@@ -169,3 +169,13 @@ def test_a_memory_block_counted_line_by_line_has_its_exact_count() -> None:
     counter = TokenCounter()
     exact = len(encoding_for_model("gpt-4o").encode(block, disallowed_special=()))
     assert counter.count_text(block, "gpt-4o") == exact
+
+
+def test_a_model_s_count_is_one_object_that_counts_as_count_text() -> None:
+    """What assemble remembers its tier items by: one object per model."""
+    counter = TokenCounter()
+    count = counter.for_model("gpt-4o")
+    assert counter.for_model("gpt-4o") is count
+    assert counter.for_model("gpt-4o-mini") is not count
+    text = "The trip to Lisbon\nis on 12 May."
+    assert count(text) == counter.count_text(text, "gpt-4o") > 0

@@ -24,10 +24,11 @@ from typing import Any
 
 from gateway.config import Composition
 from gateway.memory.model import Message, Pin, Tiers
+from gateway.memory.recent import Recent
 from gateway.memory.reconcile import Reconciled
 from gateway.memory.summary_rules import inside
 from gateway.memory.tiers.pins import top_pins
-from gateway.memory.tiers.window import newest_unit_list, tool_groups
+from gateway.memory.tiers.window import newest_groups, newest_unit_list
 from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 
 Count = Callable[[str], int]
@@ -154,7 +155,7 @@ def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> li
         # The new messages answer tool calls: the calling assistant comes along whatever
         # the window's limits, even when a summary already covers it (the upstream
         # rejects results without their call).
-        units = [tool_groups(turn.prior)[-1]]
+        units = [next(newest_groups(turn.prior))]
     return units
 
 
@@ -165,25 +166,52 @@ def _memory_items(
     count: Count,
     recalled: Sequence[Recalled],
     profile: Mapping[str, Any] | None,
-) -> dict[str, list[_Item]]:
-    items: dict[str, list[_Item]] = {name: [] for name in _SECTIONS}
+) -> dict[str, Sequence[_Item]]:
+    items: dict[str, Sequence[_Item]] = dict(_tier_items(tiers, composition, count))
     if composition.cross_session is not None and profile:
+        profile_items = []
         if profile.get("summary"):
             text = str(profile["summary"])
-            items["profile"].append(_item("profile", text, count))
+            profile_items.append(_item("profile", text, count))
         for fact in profile.get("facts", ()):
             text = f"- {inside(str(fact))}"
-            items["profile"].append(_item("profile", text, count))
+            profile_items.append(_item("profile", text, count))
+        items["profile"] = profile_items
     if composition.recall is not None:
+        recall_items = []
         for hit in recalled:  # best match first
             where = "" if hit.session is None else " of an earlier conversation"
             message = hit.message
             text = f"- Message {message.index}{where} ({message.role}): {inside(message.text)}"
-            items["recall"].append(_item("recall", text, count, hit.key))
+            recall_items.append(_item("recall", text, count, hit.key))
+        items["recall"] = recall_items
     if composition.pins is not None:
-        for pin in top_pins(pins, composition.pins.use):
-            text = f"- {inside(pin.content)}"
-            items["pins"].append(_item("pins", text, count, pin.id))
+        items["pins"] = [
+            _item("pins", f"- {inside(pin.content)}", count, pin.id)
+            for pin in top_pins(pins, composition.pins.use)
+        ]
+    return items
+
+
+# The items made of a session's tiers (facts, summaries, Q&A pairs) are the same at every
+# turn until a summarizer job writes new tiers, and the store hands back the same Tiers
+# object while their stored bytes are unchanged (store.tiers_cache). So they are
+# remembered by the identity of the objects they were made from (each entry holds them:
+# an id is not reused while its entry lives). Making them was most of what assemble's
+# cost grew with a session's length: 37 items at 10,000 messages of bench/flat_cost.py.
+_TIER_ITEMS: Recent[int, tuple[Tiers, Composition, Count, dict[str, tuple[_Item, ...]]]]
+_TIER_ITEMS = Recent(1024)
+
+
+def _tier_items(
+    tiers: Tiers, composition: Composition, count: Count
+) -> dict[str, tuple[_Item, ...]]:
+    """Every section's items but the per-request ones (profile, recall, pins), each empty
+    when the composition does not use it."""
+    known = _TIER_ITEMS.get(id(tiers))
+    if known is not None and known[0] is tiers and known[1] is composition and known[2] is count:
+        return known[3]
+    items: dict[str, list[_Item]] = {name: [] for name in _SECTIONS}
     if composition.facts is not None:
         current = [fact for fact in tiers.facts if not fact.superseded]  # the newer wins
         for fact in reversed(current[-composition.facts.use :]):
@@ -204,7 +232,9 @@ def _memory_items(
             tags = f" [{', '.join(pair.tags)}]" if pair.tags else ""
             text = f"- Q: {pair.q}\n  A: {pair.a}{tags}"
             items["key_qa"].append(_item("key_qa", text, count))
-    return items
+    made = {name: tuple(section) for name, section in items.items()}
+    _TIER_ITEMS.put(id(tiers), (tiers, composition, count, made))
+    return made
 
 
 def _cut(item: _Item, room: int, count: Count) -> _Item:
@@ -219,6 +249,14 @@ def _cut(item: _Item, room: int, count: Count) -> _Item:
         used += cost
     text = "\n".join(kept)
     return _Item(item.section, text, used if text else 0, item.key)
+
+
+def _section_tokens(chosen: Sequence[_Item]) -> dict[str, int]:
+    """Estimated tokens of each section present, in the memory message's order."""
+    tokens: dict[str, int] = {}
+    for item in chosen:
+        tokens[item.section] = tokens.get(item.section, 0) + item.tokens
+    return {section: tokens[section] for section in _SECTION_ORDER if section in tokens}
 
 
 def render_memory(chosen: Sequence[_Item]) -> str:
@@ -324,11 +362,7 @@ def assemble(
         summaries=tuple(item.key for item in chosen if item.section == "summaries"),
         pins=tuple(item.key for item in chosen if item.section == "pins"),
         recalled=tuple(item.key for item in chosen if item.section == "recall"),
-        memory_sections={
-            section: sum(item.tokens for item in chosen if item.section == section)
-            for section in _SECTION_ORDER
-            if any(item.section == section for item in chosen)
-        },
+        memory_sections=_section_tokens(chosen),
         dropped={k: v for k, v in dropped.items() if v},
     )
     return Context(messages=turn.prompt + memory + window + turn.new, receipt=receipt)

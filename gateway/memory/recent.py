@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -17,7 +17,11 @@ class Recent(Generic[K, V]):
         self.size = size
         self._items: OrderedDict[K, V] = OrderedDict()
 
-    def get(self, key: K, default: V) -> V:
+    @overload
+    def get(self, key: K) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V) -> V: ...
+    def get(self, key: K, default: V | None = None) -> V | None:
         return self._items.get(key, default)
 
     def put(self, key: K, value: V) -> None:

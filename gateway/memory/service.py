@@ -169,7 +169,7 @@ class MemoryService:
             composition=composition,
             budget_tokens=self.config.budget_tokens,
             memory_role=self.config.memory_role,
-            count=lambda text: self.counter.count_text(text, model),
+            count=self.counter.for_model(model),
             recalled=recalled,
             profile=state.profile if young else None,
         )

@@ -685,3 +685,67 @@ def test_a_memory_block_is_tokenized_once_not_at_every_request(
     encoded.clear()
     assert request() == first
     assert encoded == []
+
+
+def test_the_items_of_unchanged_tiers_are_made_once() -> None:
+    """A long session's tiers (tens of summaries and facts) are the same object turn after
+    turn while their stored bytes are unchanged (store.tiers_cache): their items are made
+    and counted once. The recall hits and pins of each turn are always made anew."""
+    tiers = Tiers(
+        version=3,
+        summaries=tuple(summary(i * 10 + 1, i * 10 + 10, words=3) for i in range(3)),
+        facts=(Fact("the user's code is 1234", 5),),
+    )
+    counted: list[str] = []
+
+    def counting(text: str) -> int:
+        counted.append(text)
+        return count(text)
+
+    pins = [pin("seat", 0.9)]
+    first = run(turn(conv(40)), HYBRID, tiers=tiers, pins=pins, counter=counting)
+    assert any("s1 s s" in text for text in counted)  # the summaries were counted
+    counted.clear()
+    second = run(turn(conv(40)), HYBRID, tiers=tiers, pins=pins, counter=counting)
+    assert second == first
+    assert not any(text.startswith(("### Messages", "- the user's code")) for text in counted)
+    assert any(text.startswith("- seat") for text in counted)  # this turn's pins
+
+
+@pytest.mark.parametrize(
+    ("change", "facts_sent", "tokens_per_word"),
+    [
+        ("nothing", ["Lyon", "tea"], 1),
+        ("tiers", ["Porto"], 1),
+        ("composition", ["tea"], 1),
+        ("count", ["Lyon", "tea"], 2),
+    ],
+)
+def test_items_are_made_again_for_new_tiers_a_new_composition_or_another_count(
+    change: str, facts_sent: list[str], tokens_per_word: int
+) -> None:
+    """Remembered by the identity of all three: a summarizer job's new tiers (even of the
+    same version), another preset and another model's counting each get their own items,
+    never the remembered ones."""
+    composition = Composition(window=WindowTier(messages=2), facts=FactsTier(), priority=["facts"])
+    tiers = Tiers(version=1, facts=(Fact("the user lives in Lyon", 2), Fact("likes tea", 3)))
+    counter = count
+    run(turn(conv(4)), composition, tiers=tiers)  # remembered
+    if change == "tiers":
+        tiers = Tiers(version=1, facts=(Fact("the user lives in Porto", 4),))
+    elif change == "composition":
+        composition = composition.model_copy(update={"facts": FactsTier(use=1)})
+    elif change == "count":
+
+        def counter(text: str) -> int:
+            return tokens_per_word * count(text)
+
+    context = run(turn(conv(4)), composition, tiers=tiers, counter=counter)
+    text = memory_text(context)
+    assert text is not None
+    facts = [line for line in text.splitlines() if line.startswith("- ")]
+    assert [fact.split()[-1] for fact in facts] == list(reversed(facts_sent))  # newest first
+    assert context.messages[1].tokens == tokens_per_word * count(text) + TOKENS_PER_MESSAGE
+    assert context.receipt.memory_sections["facts"] == sum(
+        tokens_per_word * count(fact) for fact in facts
+    )

@@ -91,6 +91,32 @@ async def test_the_configured_composition_and_the_stored_tiers_are_used() -> Non
     assert [m.text for m in messages[1:]] == [f"message {i}" for i in range(36, 41)] + ["new"]
 
 
+class CountingTexts(TokenCounter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def count_text(self, text: str, model: str | None = None) -> int:
+        self.texts.append(text)
+        return super().count_text(text, model)
+
+
+async def test_the_next_turn_of_a_session_does_not_count_its_unchanged_tiers_again() -> None:
+    """The same stored tiers (one object while their bytes are unchanged) at the next
+    turn: their summaries are not counted again. Only the memory block is."""
+    stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(40)))
+    tiers = Tiers(version=2, summaries=(Summary(2, 22, "the trip to Lisbon"),))
+    state = SessionState(message_count=40, tail=stored, tiers=tiers)
+    tokens = CountingTexts()
+    service = MemoryService(FakeStore(state), tokens, MemoryConfig(preset="rolling-window"))  # type: ignore[arg-type]
+    first = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
+    assert any(text.startswith("### Messages 2-22") for text in tokens.texts)
+    tokens.texts.clear()
+    second = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
+    assert second.context == first.context
+    assert not any(text.startswith("### Messages 2-22") for text in tokens.texts)
+
+
 class RacingStore(FakeStore):
     """The first record loses the race: another request imported the same history first."""
 

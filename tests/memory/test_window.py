@@ -197,3 +197,39 @@ def test_window_properties(
             sum(m.tokens for m in window) + sum(m.tokens for m in nxt) > max_tokens
         )
         assert too_many or too_big
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(["user", "assistant", "call", "tool", "system"]), max_size=14).map(
+        lambda roles: [_message(role, n) for n, role in enumerate(roles, start=1)]
+    )
+)
+def test_units_follow_the_rule_read_forwards(messages: list[Message]) -> None:
+    """Units are made newest first (a window of 8 reads only 8 of a 64-message tail): any
+    sequence of roles, malformed ones included, must give the units of the rule read from
+    the oldest message on (a tool result joins the unit before it when that unit's first
+    message is a tool-calling assistant or a tool result)."""
+    assert tool_groups(messages) == forward_units(messages)
+
+
+def forward_units(messages: list[Message]) -> list[tuple[Message, ...]]:
+    units: list[list[Message]] = []
+    for message in messages:
+        head = units[-1][0] if units else None
+        open_call = head is not None and (
+            (head.role == "assistant" and bool(head.tool_calls)) or head.role == "tool"
+        )
+        if message.role == "tool" and open_call:
+            units[-1].append(message)
+        else:
+            units.append([message])
+    return [tuple(unit) for unit in units]
+
+
+def _message(role: str, n: int) -> Message:
+    if role == "call":
+        return a(n, calls=(f"c{n}",))
+    if role == "tool":
+        return t(n, f"c{n - 1}")
+    return Message(role=role, content=f"m{n}", index=n)

@@ -7,7 +7,7 @@ the request, so the window takes or drops such a unit whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from gateway.memory.model import Message
 
@@ -18,18 +18,27 @@ def tool_groups(messages: Sequence[Message]) -> list[tuple[Message, ...]]:
     Tool results whose call is not in ``messages`` (cut off by an earlier boundary) form
     a unit of their own that ``newest_units`` never starts a window with.
     """
-    groups: list[list[Message]] = []
-    for message in messages:
-        if message.role == "tool" and groups and _open_call(groups[-1]):
-            groups[-1].append(message)
-        else:
-            groups.append([message])
-    return [tuple(group) for group in groups]
+    return list(reversed(list(newest_groups(messages))))
 
 
-def _open_call(group: list[Message]) -> bool:
-    head = group[0]
-    return (head.role == "assistant" and bool(head.tool_calls)) or head.role == "tool"
+def newest_groups(messages: Sequence[Message]) -> Iterator[tuple[Message, ...]]:
+    """``tool_groups(messages)`` newest first, made only as far as they are read: a window
+    of 8 messages reads 8 of a 64-message stored tail, not all of them.
+
+    A run of tool results belongs to the assistant message just before it when that one
+    calls tools, and is a unit of its own otherwise.
+    """
+    end = len(messages)
+    while end > 0:
+        start = end - 1
+        if messages[start].role == "tool":
+            while start > 0 and messages[start - 1].role == "tool":
+                start -= 1
+            before = messages[start - 1] if start > 0 else None
+            if before is not None and before.role == "assistant" and before.tool_calls:
+                start -= 1
+        yield tuple(messages[start:end])
+        end = start
 
 
 def newest_unit_list(
@@ -42,7 +51,7 @@ def newest_unit_list(
     """The newest whole units within every given limit, newest first."""
     chosen: list[tuple[Message, ...]] = []
     count = tokens = turns = 0
-    for group in reversed(tool_groups(messages)):
+    for group in newest_groups(messages):
         group_tokens = sum(m.tokens for m in group)
         if max_messages is not None and count + len(group) > max_messages:
             break
