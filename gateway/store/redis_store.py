@@ -273,7 +273,16 @@ local tonumber, floor = tonumber, math.floor
 -- prefetch order as one number, so that keeping the best ``cap`` compares numbers: more
 -- query terms held (1e14 each), then a rarer one (its term's rank in ``order``), then
 -- denser there (tf / length), then newer.
-local key, named = {}, {}
+local key, named, named_as, density = {}, {}, {}, {}
+-- A posting's density, floor(tf / length * 9999) * 1e6, remembered by its "tf:len" text:
+-- there are few distinct pairs, and converting them (strtod) was a third of the scan.
+local function dense_of(tf_len)
+  local tf, len = string.match(tf_len, '(%d+):(%d+)')
+  len = tonumber(len)
+  local dense = floor(tonumber(tf) / (len > 1 and len or 1) * 9999) * 1e6
+  density[tf_len] = dense
+  return dense
+end
 local scan = SCANNED  -- bytes of postings read, rarest terms first
 for rank, term in ipairs(order) do
   local value = postings[term[2]]
@@ -286,22 +295,81 @@ for rank, term in ipairs(order) do
   scan = scan - #entries
   -- What is returned is what was scanned: recall ranks exactly these postings.
   postings[term[2]] = df .. '|' .. entries
-  if cap > 0 then
+  if cap > 0 and rank == #order and #named >= cap then
+    -- The commonest term, most of a long session's scan: a message it names first
+    -- cannot make the best ``cap``, since every message a rarer term named outranks it
+    -- (it holds as many terms, one, with a rarer one: a rank step, 1e10, is more than
+    -- any density and index add). Only those already named move up if they hold it, so
+    -- its entries are matched and looked up by their text, not converted and keyed.
+    for index in string.gmatch(entries, '(%d+):%d+:%d+,') do
+      local known = named_as[index]
+      if known then
+        key[known] = key[known] + 1e14
+      end
+    end
+  elseif cap > 0 and rank == #order and #entries > 1024 then
+    -- The commonest term, with fewer than ``cap`` messages named: those it names first
+    -- hold one term, so they rank by density, then newest. So only the densest pairs'
+    -- entries are keyed, newest first, until ``cap`` are (a pair's entries found with a
+    -- plain search, in C); the named messages holding it move up. (Below 1 KiB of
+    -- entries, the loop below is cheaper.)
+    for text, index in pairs(named_as) do
+      if string.sub(entries, 1, #text + 1) == text .. ':'
+          or string.find(entries, ',' .. text .. ':', 1, true) then
+        key[index] = key[index] + 1e14
+      end
+    end
+    local left = {}  -- this term's pairs not yet taken, and their density
+    for tf_len in string.gmatch(entries, '%d+:(%d+:%d+),') do
+      if not left[tf_len] then
+        left[tf_len] = density[tf_len] or dense_of(tf_len)
+      end
+    end
+    local rarer, taken, last_dense = 1e14 - rank * 1e10, 0, nil
+    while true do
+      local tf_len, dense = nil, -1  -- the densest pair left (a few rounds, not a sort)
+      for pair, value in pairs(left) do
+        if value > dense then tf_len, dense = pair, value end
+      end
+      if not tf_len or (taken >= cap and dense < last_dense) then break end
+      left[tf_len] = nil
+      local found, at, needle = {}, 1, ':' .. tf_len .. ','
+      while true do  -- the pair's entries, oldest first
+        local s = string.find(entries, needle, at, true)
+        if not s then break end
+        found[#found + 1] = s
+        at = s + 1
+      end
+      local kept = 0
+      for g = #found, 1, -1 do  -- newest first
+        if kept >= cap then break end
+        local s = found[g]
+        local before = string.sub(entries, s > 16 and s - 16 or 1, s - 1)
+        local index = tonumber(string.match(before, '(%d+)$'))  -- the entry's index
+        if index < loaded_from and not key[index] then
+          key[index] = rarer + dense + (index < 999999 and index or 999999)
+          named[#named + 1] = index
+          kept = kept + 1
+        end
+      end
+      taken, last_dense = taken + kept, dense
+    end
+  elseif cap > 0 then
     -- Most of the script's work, so one table per message and locals only. (Density
     -- matters: without it, 16 of 69 probes of bench/conversations.py at 2,000 messages
     -- missed a hit, not 6.)
     local rarer = 1e14 - rank * 1e10
-    for index, tf, len in string.gmatch(entries, '(%d+):(%d+):(%d+),') do
-      index = tonumber(index)
+    for text, tf_len in string.gmatch(entries, '(%d+):(%d+:%d+),') do
+      local index = tonumber(text)
       if index < loaded_from then
         local seen = key[index]
         if seen then
           key[index] = seen + 1e14
         else
-          len = tonumber(len)
-          key[index] = rarer + floor(tonumber(tf) / (len > 1 and len or 1) * 9999) * 1e6
-            + (index < 999999 and index or 999999)
+          local dense = density[tf_len] or dense_of(tf_len)
+          key[index] = rarer + dense + (index < 999999 and index or 999999)
           named[#named + 1] = index
+          named_as[text] = index
         end
       end
     end

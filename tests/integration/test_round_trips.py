@@ -309,6 +309,43 @@ async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: Re
     assert texts[0] in turn.context.openai_messages()[0]["content"]
 
 
+async def test_messages_holding_more_terms_are_prefetched_first_however_common_the_terms(
+    store: RedisStore,
+) -> None:
+    """Once the rarer terms have named more messages than a load prefetches, the
+    commonest term's entries only lift those it names too (the load script's shortcut).
+    A message first named by a middle term still counts every term it holds: holding
+    two, it outranks every message holding only the rarest one. No message holding only
+    the commonest term is prefetched."""
+    identity = replace(IDENTITY, session_id=f"common-{uuid.uuid4().hex[:8]}")
+    texts = ["Zebra apple together.", "Mango apple duo."]
+    texts += [f"Zebra note {i}." for i in range(30)]
+    texts += [f"Mango salad {i}." for i in range(60)]
+    texts += [f"Apple pie {i}." for i in range(300)]
+    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
+    _, loaded = await _archive_and_load(store, identity, texts, "zebra mango apple")
+    prefetched = list(loaded.archive.raw)
+    assert len(prefetched) == 16
+    assert prefetched[:2] == [1, 2]
+    assert all(b"Zebra" in loaded.archive.raw[index] for index in prefetched[2:])
+
+
+async def test_a_common_last_term_prefetches_its_densest_then_newest_messages(
+    store: RedisStore,
+) -> None:
+    """With fewer messages named than a load prefetches, the commonest term's (over 1 KiB
+    of postings, keyed by its densest pairs only) fill the rest: the messages the rarer
+    term named first (the one holding both terms before a denser one), then the densest
+    of the common term's, then its newest."""
+    identity = replace(IDENTITY, session_id=f"dense-{uuid.uuid4().hex[:8]}")
+    texts = ["Zebra apple duo.", "Zebra alone."] + ["Apple apple."] * 4
+    texts += [f"Apple pie {i}." for i in range(300)]
+    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
+    _, loaded = await _archive_and_load(store, identity, texts, "zebra apple")
+    # 1 holds both terms (2 is denser in the rarer one); 3-6 are the densest in "apple".
+    assert list(loaded.archive.raw) == [1, 2, 6, 5, 4, 3, *range(306, 296, -1)]
+
+
 async def test_recall_ranks_the_postings_a_load_scanned(store: RedisStore) -> None:
     """A load scans at most CANDIDATES_SCANNED bytes of postings, rarest terms first and
     each term's newest first, and returns only those: an old mention of a word said in
