@@ -13,12 +13,18 @@ printed (markdown) and ``--json FILE`` keeps it with the raw numbers.
 Sections:
 
 - **probe**: concurrency 1, streaming (5 chunks, no delay), direct / gateway with
-  ``X-Session-Id`` / gateway without it / LiteLLM interleaved; added p50 and p99 of the
-  time to response headers, first SSE event and last byte (a target's quantile minus
-  the direct one's).
+  ``X-Session-Id`` / gateway without it interleaved; added p50 and p99 of the time to
+  response headers, first SSE event and last byte (a target's quantile minus the direct
+  one's). Then direct / LiteLLM, interleaved on their own: LiteLLM keeps a core busy
+  after each answer (its post-call hooks; a c=1 run keeps it at ~99%), and interleaved
+  with the gateway that work ran during the gateway's and direct's requests (in one
+  run: direct's p50 0.20 -> 0.44 ms, the gateway's added 0.74 -> 1.72 ms). Each proxy
+  is measured against direct in its own phase, as it would run alone.
 - **sweep**: non-streaming, instant upstream, closed loop at each concurrency: req/s,
   p50/p99. The direct rows are the upstream's (and the load generator's) own capacity:
   what the gateway's numbers can at most reach.
+  After every LiteLLM run the bench waits until its process is idle again, so that
+  its leftover work does not land on the next target's run.
 - **hold**: 64/256/1,024 concurrent streams of 0.7 s (7 chunks 100 ms apart): errors,
   timeouts, req/s, p99 total time; the gateway's RSS is sampled during the 256 run.
 - **redis**: ``INFO stats commandstats`` before and after a fixed number of requests at
@@ -220,6 +226,32 @@ def rss_peak(pid: int) -> Iterator[list[int]]:
         thread.join()
 
 
+def cpu_s(pid: int) -> float:
+    """On-CPU seconds of every thread of a process (schedstat: ns, not 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def settle(
+    pid: int | None, *, idle: float = 0.05, every_s: float = 0.1, limit_s: float = 30
+) -> None:
+    """Wait until the process ``pid`` uses under ``idle`` of a core (LiteLLM's work after
+    its answers must not run during the next target's requests)."""
+    if pid is None:
+        return
+    deadline = time.monotonic() + limit_s
+    before = cpu_s(pid)
+    while time.monotonic() < deadline:
+        time.sleep(every_s)
+        now = cpu_s(pid)
+        if now - before < idle * every_s:
+            return
+        before = now
+
+
 # --- load ---------------------------------------------------------------------------------
 
 
@@ -278,11 +310,29 @@ def targets(urls: dict[str, str], key: str) -> dict[str, dict[str, Any]]:
 STAGES = (("headers", "response headers"), ("first", "first SSE event"), ("last", "last byte"))
 
 
-def probe(report: Report, specs: dict[str, dict[str, Any]], plan: Plan) -> None:
+# The direct calls interleaved with LiteLLM's probe: its added latency is counted from them.
+PEER_DIRECT = "direct (LiteLLM phase)"
+
+
+def _probe_phase(specs: dict[str, dict[str, Any]], plan: Plan) -> dict[str, list[dict[str, Any]]]:
     result = run_load(
         {"kind": "probe", "targets": list(specs.values()), "n": plan.probe_n, "model": PROBE_MODEL}
     )
-    timings = result["timings"]
+    timings: dict[str, list[dict[str, Any]]] = result["timings"]
+    return timings
+
+
+def probe(
+    report: Report, specs: dict[str, dict[str, Any]], plan: Plan, peer_pid: int | None = None
+) -> None:
+    """The gateway's targets and direct interleaved; then LiteLLM and direct on their own
+    (see the module's notes), once LiteLLM is idle."""
+    timings = _probe_phase({k: v for k, v in specs.items() if k != "litellm"}, plan)
+    if "litellm" in specs:
+        settle(peer_pid)
+        peer = _probe_phase({"direct": specs["direct"], "litellm": specs["litellm"]}, plan)
+        settle(peer_pid)
+        timings |= {"litellm": peer["litellm"], PEER_DIRECT: peer["direct"]}
     errors = {name: sum(1 for t in runs if t["error"]) for name, runs in timings.items()}
     for name, runs in timings.items():
         if errors[name] == len(runs):
@@ -303,13 +353,12 @@ def probe(report: Report, specs: dict[str, dict[str, Any]], plan: Plan) -> None:
             cells = {"direct": ms(stats["direct"][stage][q])}
             for name in ("memory", "passthrough", "litellm"):
                 if name in stats:
-                    cells[name] = "+" + ms(stats[name][stage][q] - stats["direct"][stage][q])
+                    cells[name] = "+" + ms(added(stats, name, stage, q))
             target, met = "", ""
             if stage == "first":
                 limit = 0.0015 if q == "p50" else 0.005
                 target = f"memory ≤ +{limit * 1000:g} ms"
-                added = stats["memory"][stage][q] - stats["direct"][stage][q]
-                met = "yes" if added <= limit else "no"
+                met = "yes" if added(stats, "memory", stage, q) <= limit else "no"
             report.rows.append(
                 Row(
                     "probe c=1",
@@ -323,6 +372,21 @@ def probe(report: Report, specs: dict[str, dict[str, Any]], plan: Plan) -> None:
     report.rows.append(
         Row("probe c=1", "errors", **{k: str(v) for k, v in _columns(errors).items()})
     )
+    if PEER_DIRECT in stats:
+        direct = stats[PEER_DIRECT]["first"]
+        report.rows.append(
+            Row(
+                "probe c=1",
+                "first SSE event p50 / p99, direct in LiteLLM's phase",
+                direct=f"{ms(direct['p50'])} / {ms(direct['p99'])}",
+            )
+        )
+
+
+def added(stats: dict[str, dict[str, dict[str, float]]], name: str, stage: str, q: str) -> float:
+    """A target's quantile over that of the direct calls interleaved with it."""
+    direct = PEER_DIRECT if name == "litellm" else "direct"
+    return stats[name][stage][q] - stats[direct][stage][q]
 
 
 def _columns(values: dict[str, Any]) -> dict[str, Any]:
@@ -359,13 +423,16 @@ def closed_loop(
     return result
 
 
-def sweep(report: Report, specs: dict[str, dict[str, Any]], plan: Plan) -> None:
+def sweep(
+    report: Report, specs: dict[str, dict[str, Any]], plan: Plan, peer_pid: int | None = None
+) -> None:
     raw: dict[str, dict[str, Any]] = {}
     for concurrency in plan.sweep:
-        runs = {
-            name: closed_loop(spec, INSTANT_MODEL, concurrency, plan.sweep_s, stream=False)
-            for name, spec in specs.items()
-        }
+        runs = {}
+        for name, spec in specs.items():
+            runs[name] = closed_loop(spec, INSTANT_MODEL, concurrency, plan.sweep_s, stream=False)
+            if name == "litellm":
+                settle(peer_pid)
         raw[str(concurrency)] = runs
         rps = {name: f"{r['rps']:.0f}" for name, r in runs.items()}
         best = max(r["rps"] for name, r in runs.items() if name == "memory")
@@ -410,10 +477,9 @@ def latency_ratio(report: Report) -> None:
         report.rows.append(Row("vs LiteLLM", "added latency ratio", litellm=NOT_RUN, target="≥ 5x"))
         return
     for q in ("p50", "p99"):
-        direct = stats["direct"]["first"][q]
-        gateway = max(stats["memory"]["first"][q] - direct, 1e-6)
-        passthrough = max(stats["passthrough"]["first"][q] - direct, 1e-6)
-        litellm = stats["litellm"]["first"][q] - direct
+        gateway = max(added(stats, "memory", "first", q), 1e-6)
+        passthrough = max(added(stats, "passthrough", "first", q), 1e-6)
+        litellm = added(stats, "litellm", "first", q)
         ratio = litellm / gateway
         report.rows.append(
             Row(
@@ -428,7 +494,13 @@ def latency_ratio(report: Report) -> None:
         )
 
 
-def hold(report: Report, specs: dict[str, dict[str, Any]], plan: Plan, gateway_pid: int) -> None:
+def hold(
+    report: Report,
+    specs: dict[str, dict[str, Any]],
+    plan: Plan,
+    gateway_pid: int,
+    peer_pid: int | None = None,
+) -> None:
     raw: dict[str, dict[str, Any]] = {}
     for streams in plan.hold:
         runs: dict[str, dict[str, Any]] = {}
@@ -441,6 +513,8 @@ def hold(report: Report, specs: dict[str, dict[str, Any]], plan: Plan, gateway_p
                 runs[name]["rss_peak_kib"] = peak[0]
             else:
                 runs[name] = closed_loop(spec, HOLD_MODEL, streams, plan.hold_s, stream=True)
+                if name == "litellm":
+                    settle(peer_pid)
         raw[str(streams)] = runs
         area = f"hold {streams}x0.7 s"
         cells = {name: f"{r['rps']:.0f} req/s" for name, r in runs.items()}
@@ -687,10 +761,11 @@ def run(
                 )
             )
             urls = {"direct": upstream, "gateway": f"http://127.0.0.1:{gw_port}/v1"}
+            peer_pid = None
             if litellm:
                 ll_port = free_port()
                 ll_config = litellm_config(work / "litellm.yaml", upstream, key)
-                stack.enter_context(
+                peer = stack.enter_context(
                     process(
                         [
                             litellm,
@@ -708,14 +783,15 @@ def run(
                     )
                 )
                 urls["litellm"] = f"http://127.0.0.1:{ll_port}/v1"
+                peer_pid = peer.pid
                 settings["litellm"] = f"{litellm} --num_workers 1, master key, drop_params"
             specs = targets(urls, key)
             report = Report(settings)
             idle_rss = rss_kib(gateway.pid)
-            probe(report, specs, plan)
+            probe(report, specs, plan, peer_pid)
             latency_ratio(report)
-            sweep(report, specs, plan)
-            hold(report, specs, plan, gateway.pid)
+            sweep(report, specs, plan, peer_pid)
+            hold(report, specs, plan, gateway.pid, peer_pid)
             http = httpx.Client(
                 base_url=f"http://127.0.0.1:{gw_port}",
                 timeout=30,
