@@ -143,6 +143,18 @@ class FakeUpstream:
     def last_messages(self) -> list[dict[str, Any]]:
         return list(self.chat_requests()[-1].json()["messages"])
 
+    def messages_ending_with(self, text: str) -> list[dict[str, Any]]:
+        """The messages of the latest chat request whose last message says ``text``.
+
+        Where workers summarize beside the requests (in another process), their calls
+        reach this upstream too, and the last request may be a summary's.
+        """
+        for request in reversed(self.chat_requests()):
+            messages = list(request.json()["messages"])
+            if messages and messages[-1].get("content") == text:
+                return messages
+        raise AssertionError(f"no chat request ended with {text!r}")
+
     async def _seen(self, request: Request) -> SeenRequest:
         seen = SeenRequest(
             method=request.method,
