@@ -180,7 +180,7 @@ def test_a_conversation_across_both_replicas_is_remembered_and_summarized_by_the
         if turn:
             # The replica that did not record the previous turn still forwards it: no
             # process keeps memory of its own that another replica's write would stale.
-            forwarded = str(fake_upstream.messages_ending_with(text))
+            forwarded = str(fake_upstream.last_messages())
             assert said[turn - 1] in forwarded
     # The workers (not the gateways: in_process is off) summarize what fell due.
     memory = Memory(second, api_key, session_id)  # type: ignore[arg-type]
