@@ -72,6 +72,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.flat_cost import cpu_seconds  # noqa: E402
 from tests.support.servers import RedisProcess, free_port  # noqa: E402
 
 PYTHON = sys.executable
@@ -226,15 +227,6 @@ def rss_peak(pid: int) -> Iterator[list[int]]:
         thread.join()
 
 
-def cpu_s(pid: int) -> float:
-    """On-CPU seconds of every thread of a process (schedstat: ns, not 10 ms ticks)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
-
-
 def settle(
     pid: int | None, *, idle: float = 0.05, every_s: float = 0.1, limit_s: float = 30
 ) -> None:
@@ -243,10 +235,10 @@ def settle(
     if pid is None:
         return
     deadline = time.monotonic() + limit_s
-    before = cpu_s(pid)
+    before = cpu_seconds(pid)
     while time.monotonic() < deadline:
         time.sleep(every_s)
-        now = cpu_s(pid)
+        now = cpu_seconds(pid)
         if now - before < idle * every_s:
             return
         before = now
