@@ -148,7 +148,7 @@ class FakeUpstream:
         """
         for request in reversed(self.chat_requests()):
             messages = list(request.json()["messages"])
-            if not (messages and _MARKER.match(_text(messages[0]))):
+            if _summarizer_kind(messages) is None:
                 return messages
         raise AssertionError("no chat request other than a summarizer's")
 
@@ -458,12 +458,17 @@ def _sectioned(previous: str, new: list[str], max_items: int) -> str:
     )
 
 
+def _summarizer_kind(messages: list[dict[str, Any]]) -> str | None:
+    """The kind a summarizer prompt names in its marker; None: not a summarizer's."""
+    found = _MARKER.match(_text(messages[0])) if messages else None
+    return found.group(1) if found else None
+
+
 def summarizer_reply(messages: list[dict[str, Any]], model: str) -> str:
     """A valid answer to a summarizer prompt, built only from what the prompt holds."""
     if model == "broken-summarizer":
         return BROKEN_SUMMARY
-    found = _MARKER.match(_text(messages[0]))
-    kind = found.group(1) if found else "chunk"
+    kind = _summarizer_kind(messages) or "chunk"
     prompt = _text(messages[-1])
     limit = re.search(r"under (\d+) words", _text(messages[0]) + prompt)
     max_words = int(limit.group(1)) if limit else 200
