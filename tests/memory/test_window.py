@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.memory.model import Message
-from gateway.memory.tiers.window import newest_units, tool_groups
+from gateway.memory.tiers.window import newest_groups, newest_units
 
 
 def u(n: int, tokens: int = 10) -> Message:
@@ -29,6 +29,11 @@ def t(n: int, call: str, tokens: int = 10) -> Message:
 
 def idx(messages: tuple[Message, ...] | list[Message]) -> list[int]:
     return [m.index for m in messages]
+
+
+def tool_groups(messages: list[Message]) -> list[tuple[Message, ...]]:
+    """The units in the messages' order (``newest_groups`` makes them newest first)."""
+    return list(reversed(list(newest_groups(messages))))
 
 
 # u1 a2 u3 A4(c1,c2) t5 t6 a7 u8 a9

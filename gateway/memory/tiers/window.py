@@ -12,21 +12,14 @@ from collections.abc import Iterator, Sequence
 from gateway.memory.model import Message
 
 
-def tool_groups(messages: Sequence[Message]) -> list[tuple[Message, ...]]:
-    """Split messages into units: a tool-calling assistant with its results, or one message.
-
-    Tool results whose call is not in ``messages`` (cut off by an earlier boundary) form
-    a unit of their own that ``newest_units`` never starts a window with.
-    """
-    return list(reversed(list(newest_groups(messages))))
-
-
 def newest_groups(messages: Sequence[Message]) -> Iterator[tuple[Message, ...]]:
-    """``tool_groups(messages)`` newest first, made only as far as they are read: a window
-    of 8 messages reads 8 of a 64-message stored tail, not all of them.
+    """The messages' units, newest first: a tool-calling assistant with its results, or
+    one message. Made only as far as they are read: a window of 8 messages reads 8 of a
+    64-message stored tail, not all of them.
 
     A run of tool results belongs to the assistant message just before it when that one
-    calls tools, and is a unit of its own otherwise.
+    calls tools, and is a unit of its own otherwise (its call cut off by an earlier
+    boundary): ``newest_units`` never starts a window with such a unit.
     """
     end = len(messages)
     while end > 0:
