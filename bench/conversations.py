@@ -6,6 +6,15 @@ appointments): user messages ask and remark, assistant replies paraphrase, advis
 a follow-up. Facts of five kinds are planted at given depths; every value is stated only
 where it was planted (and in the assistant's echo), so finding it in a context means the
 memory kept it.
+
+Two mixes of probes. ``classic``: the five kinds, asked with the statement's words (or,
+``paraphrased``, without them). ``hard``, what a real user asks: the five kinds always
+paraphrased, plus *multi-hop* probes (two statements far apart, "my sister lives in
+Lyon" … "I'm visiting my sister next month": "Which city am I travelling to next
+month?") and *temporal* ones (news told on one day of the conversation, asked as "what did
+I tell you on Tuesday 5 March …?" or "when did I tell you about …?"). Messages carry times
+spread over ``DAYS`` days in both mixes (a second ``Random``, so that the text of a
+classic conversation is what it always was).
 """
 
 from __future__ import annotations
@@ -14,13 +23,20 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, date, datetime, timedelta
 from typing import TypeVar
 
 _T = TypeVar("_T")
 KINDS = ("number", "name", "date", "preference", "constraint")
+# The hard mix's own kinds, after the five; every kind a probe can be.
+HARD_KINDS = ("multi-hop", "temporal")
+PROBE_KINDS = (*KINDS, *HARD_KINDS)
+MIXES = ("hard", "classic")
 BUCKETS = ("early", "middle", "late")
 # Message ~4, ~40, ~120, ~200 and ~280 of 320; fractions so that --length scales them.
 DEFAULT_DEPTHS = (0.0125, 0.125, 0.375, 0.625, 0.875)
+DAYS = 10  # a conversation's turns are spread evenly over this many days
+MULTI_HOP_GAP = 0.5  # the second statement of a multi-hop pair, this far (of the length) on
 
 
 # --- Filler: topic templates -----------------------------------------------------------
@@ -425,6 +441,111 @@ FACT_TEMPLATES: dict[str, tuple[FactTemplate, ...]] = {
 
 
 @dataclass(frozen=True)
+class MultiHopTemplate:
+    """Two statements far apart; the probe needs both and names neither's value."""
+
+    first: str  # states the value "{v}"
+    second: str  # later: refers back to the first's subject, without the value
+    link: str  # words of ``second`` that show it was forwarded (stated nowhere else)
+    probe: str  # shares no rare word with ``first``
+    echo: str  # the assistant's paraphrase of ``first``
+    value: Draw
+
+
+CITIES = ("Lyon", "Bergen", "Trieste", "Aarhus", "Bruges", "Salzburg")  # not filler cities
+
+# fmt: off
+MULTI_HOP_TEMPLATES = (
+    MultiHopTemplate(
+        "my sister lives in {v}",
+        "I'm visiting my sister next month, I've already asked for the days off",
+        "visiting my sister next month", "Which city am I travelling to next month?",
+        "your sister lives in {v}", _choice(CITIES)),
+    MultiHopTemplate(
+        "my oldest friend works as a {v}",
+        "my oldest friend is coming over for dinner on Friday",
+        "coming over for dinner on Friday", "What does my guest on Friday evening do for a living?",
+        "your oldest friend is a {v}",
+        _choice(("vet", "pharmacist", "carpenter", "midwife", "translator"))),
+    MultiHopTemplate(
+        "our dog is called {v}",
+        "the dog sitter cancelled, so the dog is coming to the office with me tomorrow",
+        "coming to the office with me tomorrow",
+        "What's the name of the animal joining me at work tomorrow?",
+        "your dog is {v}", _choice(("Biscuit", "Pepper", "Mochi", "Juniper", "Waffles"))),
+    MultiHopTemplate(
+        "my brother is allergic to {v}",
+        "my brother is joining us for the barbecue on Saturday",
+        "joining us for the barbecue on Saturday",
+        "Which food must I keep off the grill this weekend?",
+        "no {v} for your brother", _choice(("peanuts", "shellfish", "sesame", "kiwi"))),
+    MultiHopTemplate(
+        "my mother's birthday is on {v}",
+        "I want to book a table at a nice restaurant for my mother's birthday",
+        "book a table at a nice restaurant",
+        "For which day do I need the restaurant reservation?",
+        "your mother's birthday on {v}", _date),
+    MultiHopTemplate(
+        "my cousin {v} is a lawyer",
+        "I need legal advice about a dispute with a contractor",
+        "legal advice about a dispute with a contractor",
+        "Which relative could I ask about my disagreement with the builder?",
+        "your cousin {v} is a lawyer", _name),
+)
+# fmt: on
+
+
+@dataclass(frozen=True)
+class TemporalTemplate:
+    """News told on one day; asked by its day, or for its day, in other words."""
+
+    statement: str  # "{v}" is the value
+    what: str  # "{day}" is the day it was told ("Tuesday 5 March"): asks what was said
+    when: str  # asks on which day it was told
+    echo: str
+    value: Draw
+
+
+# fmt: off
+TEMPORAL_TEMPLATES = (
+    TemporalTemplate(
+        "we adopted a kitten and named her {v}",
+        "What did I tell you on {day} about a new member of the household?",
+        "On which day did I tell you about the new member of our household?",
+        "a kitten called {v}", _choice(("Miso", "Pickle", "Nori", "Clementine", "Tofu"))),
+    TemporalTemplate(
+        "I signed up for a {v} course at the community centre",
+        "What did I tell you on {day} that I had enrolled in?",
+        "When did I tell you I had enrolled in lessons?",
+        "the {v} course",
+        _choice(("pottery", "salsa", "woodworking", "calligraphy", "glassblowing"))),
+    TemporalTemplate(
+        "my car failed its inspection because of the {v}",
+        "What did I tell you on {day} was wrong with my vehicle?",
+        "When did I tell you about the problem with my vehicle?",
+        "the {v} need fixing", _choice(("brake pads", "exhaust", "headlights", "tyres"))),
+    TemporalTemplate(
+        "I got a job offer from {v}",
+        "Which employer did I tell you about on {day}?",
+        "When did I tell you an employer wanted to hire me?",
+        "the offer from {v}",
+        _choice(("Nordlicht Labs", "Baobab Health", "Quillmark", "Tidewater Logistics"))),
+    TemporalTemplate(
+        "we reserved the {v} for our anniversary party",
+        "Which place did I tell you on {day} we had booked for the celebration?",
+        "When did I tell you where the celebration would be held?",
+        "the party at the {v}",
+        _choice(("Old Boathouse", "Villa Serena", "Glasshouse Loft", "Copper Kettle"))),
+    TemporalTemplate(
+        "I left my {v} on the tram this morning",
+        "What did I tell you on {day} that I had lost on public transport?",
+        "When did I tell you I had lost something on public transport?",
+        "your {v} on the tram", _choice(("reading glasses", "blue scarf", "wallet", "umbrella"))),
+)
+# fmt: on
+
+
+@dataclass(frozen=True)
 class Fact:
     """A planted fact and its probe; ``index`` is the message that holds the answer."""
 
@@ -436,6 +557,14 @@ class Fact:
     depth: float  # the requested depth this fact was planted for
     old: str = ""  # constraints: the value that was changed (stale if only this is seen)
     old_index: int = -1
+    link: str = ""  # multi-hop: words of the second statement, which must be forwarded too
+    link_index: int = -1  # multi-hop: the second statement's message
+    answer: str = ""  # what a right answer states, when not ``expected`` (temporal "when")
+
+    @property
+    def right_answer(self) -> str:
+        """The value a model's answer must state."""
+        return self.answer or self.expected
 
 
 @dataclass(frozen=True)
@@ -445,6 +574,7 @@ class Conversation:
     id: str
     messages: tuple[dict[str, str], ...]
     facts: tuple[Fact, ...]
+    times: tuple[float, ...] = ()  # each message's time, Unix seconds
 
 
 # --- Scoring ---------------------------------------------------------------------------
@@ -535,7 +665,7 @@ class _Plant:
     """What to say at one user slot instead of filler."""
 
     statement: str
-    echo: str
+    echo: str  # "": the assistant does not repeat it back
     lead: bool = True  # False: the statement opens the message itself
 
 
@@ -553,25 +683,37 @@ def _nearest_free(want: int, length: int, taken: set[int], *, below: int | None 
 
 def _draw_value(rng: random.Random, template: FactTemplate, used: set[str]) -> str:
     """A value (with its unit) no other fact of the conversation states: one right answer."""
+    return _draw(rng, template.value, used, template.unit, template.statement)
+
+
+def _draw(rng: random.Random, draw: Draw, used: set[str], unit: str = "", what: str = "") -> str:
+    """A value not in ``used`` (then added to it)."""
     for _ in range(200):
-        value = template.value(rng) + template.unit
+        value = draw(rng) + unit
         if value not in used:
             used.add(value)
             return value
-    raise ValueError(f"cannot draw a distinct value for {template.statement!r}")
+    raise ValueError(f"cannot draw a distinct value for {what!r}")
 
 
 def plan_facts(
-    rng: random.Random, length: int, depths: Sequence[float], paraphrased: bool = False
+    rng: random.Random,
+    length: int,
+    depths: Sequence[float],
+    paraphrased: bool = False,
+    days: Sequence[date] | None = None,
 ) -> tuple[list[Fact], dict[int, _Plant]]:
     """Choose the facts and the user slots that state them.
 
     Each depth gets one fact of every kind, a few turns apart; the constraint comes last
-    in its cluster so that its earlier, original value always fits before it.
+    in its cluster so that its earlier, original value always fits before it. With
+    ``days`` (the conversation's, for the hard mix) multi-hop and temporal facts are
+    planted too, after the classic ones so that those are drawn as they always were.
     """
     templates = {kind: rng.sample(FACT_TEMPLATES[kind], k=len(depths)) for kind in KINDS}
     taken: set[int] = set()
-    used: set[str] = set()
+    # A temporal probe names its day: no date value may read as one of the days.
+    used: set[str] = {day_month(day) for day in days or ()}
     facts: list[Fact] = []
     plants: dict[int, _Plant] = {}
     originals: list[tuple[int, FactTemplate, Fact]] = []
@@ -603,7 +745,112 @@ def plan_facts(
         )
         index = facts.index(fact)
         facts[index] = Fact(**{**asdict(fact), "old": old, "old_index": old_slot})
+    if days is not None:
+        _plan_hard(rng, length, depths, days, taken, used, facts, plants)
     return facts, plants
+
+
+def _plan_hard(
+    rng: random.Random,
+    length: int,
+    depths: Sequence[float],
+    days: Sequence[date],
+    taken: set[int],
+    used: set[str],
+    facts: list[Fact],
+    plants: dict[int, _Plant],
+) -> None:
+    """The hard mix's probes: per depth, news told on that day (one per day: its probe
+    must have one answer), and a multi-hop pair whose second half comes
+    ``MULTI_HOP_GAP`` of the conversation later (none when that is past the end)."""
+    temporal = rng.sample(TEMPORAL_TEMPLATES, k=len(depths))
+    hops = rng.sample(MULTI_HOP_TEMPLATES, k=len(depths))
+    told_on: set[int] = set()
+    for d, depth in enumerate(depths):
+        base = round(depth * length)
+        slot = _nearest_free(base + 20, length, taken)
+        day = day_of(slot, length)
+        if day in told_on:
+            taken.discard(slot)
+        else:
+            told_on.add(day)
+            news = temporal[d]
+            value = _draw(rng, news.value, used, what=news.statement)
+            plants[slot] = _Plant(
+                news.statement.format(v=value), news.echo.format(v=value), slot > 0
+            )
+            asks_when = rng.random() < 0.5
+            probe = news.when if asks_when else news.what.format(day=day_label(days[day]))
+            answer = day_month(days[day]) if asks_when else ""
+            bucket = bucket_of(slot, length)
+            facts.append(Fact("temporal", probe, value, slot, bucket, depth, answer=answer))
+        if depth + MULTI_HOP_GAP >= 1:
+            continue
+        hop = hops[d]
+        first = _nearest_free(base + 24, length, taken)
+        second = _nearest_free(round((depth + MULTI_HOP_GAP) * length), length, taken)
+        if second <= first:
+            raise ValueError("conversation too short for the multi-hop facts; raise --length")
+        value = _draw(rng, hop.value, used, what=hop.first)
+        plants[first] = _Plant(hop.first.format(v=value), hop.echo.format(v=value), first > 0)
+        plants[second] = _Plant(hop.second, "")
+        bucket = bucket_of(first, length)
+        facts.append(
+            Fact(
+                "multi-hop",
+                hop.probe,
+                value,
+                first,
+                bucket,
+                depth,
+                link=hop.link,
+                link_index=second,
+            )
+        )
+
+
+# --- Time: a conversation spread over days ----------------------------------------------
+
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def day_of(index: int, length: int) -> int:
+    """The day (0 to DAYS - 1) of message ``index``: turns are spread evenly."""
+    return (index // 2) * DAYS // (length // 2)
+
+
+def day_label(day: date) -> str:
+    """How a user names a day: "Tuesday 5 March"."""
+    return f"{WEEKDAYS[day.weekday()]} {day_month(day)}"
+
+
+def day_month(day: date) -> str:
+    """The day as "5 March": what answers "when did I tell you …?"."""
+    return f"{day.day} {MONTHS[day.month - 1]}"
+
+
+def timeline(seed: int, number: int, length: int) -> tuple[tuple[float, ...], tuple[date, ...]]:
+    """Each message's time (Unix seconds, UTC) and the conversation's days.
+
+    From a ``Random`` of its own: the text does not depend on the times. The first day is
+    in 2024; each day's messages run from about 8:00 to 19:00, a few minutes apart.
+    """
+    rng = random.Random(f"times-{seed}-{number}")
+    first = date(2024, 3, 4) + timedelta(days=rng.randrange(240))
+    days = tuple(first + timedelta(days=d) for d in range(DAYS))
+    spacing = 10 * 3600 * DAYS / length  # mean seconds between messages of one day
+    times: list[float] = []
+    clock, today = 0.0, -1
+    for index in range(length):
+        day = day_of(index, length)
+        if day != today:
+            today = day
+            morning = datetime(days[day].year, days[day].month, days[day].day, 8, tzinfo=UTC)
+            clock = morning.timestamp() + rng.randrange(3600)
+        else:
+            clock += max(5, round(spacing * rng.uniform(0.3, 1.7)))
+        times.append(clock)
+    return tuple(times), days
 
 
 def _fact_message(rng: random.Random, plant: _Plant, topic: Topic, values: dict[str, str]) -> str:
@@ -617,7 +864,8 @@ def _fact_message(rng: random.Random, plant: _Plant, topic: Topic, values: dict[
 
 def _fact_reply(rng: random.Random, plant: _Plant, topic: Topic, values: dict[str, str]) -> str:
     parts = [rng.choice(ACKS)]
-    if rng.random() < 0.5:  # assistants often repeat a fact back, sometimes they don't
+    # Assistants often repeat a fact back, sometimes they don't (nor what has no echo).
+    if plant.echo and rng.random() < 0.5:
         parts.append(f"I'll keep in mind: {plant.echo}.")
     parts.append(_fill(rng.choice(topic.follow_ups), values))
     return " ".join(parts)
@@ -661,39 +909,63 @@ def _topic_schedule(rng: random.Random, length: int) -> list[Topic]:
 
 
 def generate(
-    seed: int, number: int, length: int, depths: Sequence[float], paraphrased: bool = False
+    seed: int,
+    number: int,
+    length: int,
+    depths: Sequence[float],
+    paraphrased: bool = False,
+    mix: str = "classic",
 ) -> Conversation:
     """One conversation of ``length`` alternating user/assistant messages, facts planted.
 
     ``paraphrased`` asks each probe without the statement's words; the conversation is
-    the same either way.
+    the same either way. ``mix="hard"`` paraphrases every probe and plants multi-hop and
+    temporal facts too (another conversation than the classic one of the same seed).
     """
+    if mix not in MIXES:
+        raise ValueError(f"unknown probe mix {mix!r} (known: {', '.join(MIXES)})")
     rng = random.Random(seed * 1_000_003 + number)
-    facts, plants = plan_facts(rng, length, depths, paraphrased)
+    times, days = timeline(seed, number, length)
+    hard = mix == "hard"
+    facts, plants = plan_facts(rng, length, depths, paraphrased or hard, days if hard else None)
     forbidden = [f.expected for f in facts] + [f.old for f in facts if f.old]
+    forbidden += [f.link for f in facts if f.link] + [f.answer for f in facts if f.answer]
     messages: list[dict[str, str]] = []
     for turn, topic in enumerate(_topic_schedule(rng, length)):
         plant = plants.get(2 * turn)
         messages += _turn(rng, topic, plant, forbidden)
-    conversation = Conversation(f"s{seed}-c{number}", tuple(messages), tuple(facts))
+    conversation = Conversation(f"s{seed}-c{number}", tuple(messages), tuple(facts), times)
     check_planted(conversation)
     return conversation
 
 
 def check_planted(conversation: Conversation) -> None:
-    """Each answer is stated only where planted (and echoed), and no probe gives it away."""
+    """Each answer is stated only where planted (and echoed), and no probe gives it away.
+
+    A multi-hop link is said only in its second statement; a temporal "when" answer (a
+    date) nowhere at all: only the message's time holds it.
+    """
     for fact in conversation.facts:
-        if mentions(fact.probe, fact.expected):
+        if mentions(fact.probe, fact.expected) or mentions(fact.probe, fact.right_answer):
             raise ValueError(f"the probe gives the answer away: {fact}")
         allowed = {fact.index, fact.index + 1, fact.old_index, fact.old_index + 1}
         for i, message in enumerate(conversation.messages):
             for value in (fact.expected, fact.old):
                 if value and mentions(message["content"], value) and i not in allowed:
                     raise ValueError(f"message {i} states {value!r} of {fact}")
+            if fact.link and mentions(message["content"], fact.link) and i != fact.link_index:
+                raise ValueError(f"message {i} says the link {fact.link!r} of {fact}")
+            if fact.answer and mentions(message["content"], fact.answer):
+                raise ValueError(f"message {i} states the date {fact.answer!r} of {fact}")
 
 
 def generate_all(
-    seed: int, count: int, length: int, depths: Sequence[float], paraphrased: bool = False
+    seed: int,
+    count: int,
+    length: int,
+    depths: Sequence[float],
+    paraphrased: bool = False,
+    mix: str = "classic",
 ) -> list[Conversation]:
     """The benchmark's conversations; the same arguments always give the same ones."""
-    return [generate(seed, number, length, depths, paraphrased) for number in range(count)]
+    return [generate(seed, n, length, depths, paraphrased, mix) for n in range(count)]

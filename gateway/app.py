@@ -16,8 +16,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gateway.config import Settings
+from gateway.embedder import StaticEmbedder
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
-from gateway.memory.recall import Embedder
+from gateway.memory.archive import ArchiveCache
+from gateway.memory.rerank import Embedder
 from gateway.memory.service import MemoryService
 from gateway.metrics import MetricsMiddleware
 from gateway.openapi import serve_openapi
@@ -29,6 +31,7 @@ from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.metrics import MetricsEndpoint
 from gateway.routes.passthrough import Passthrough
 from gateway.store.durability import warn_if_not_durable
+from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable
 from gateway.tenancy import Tenants
 from gateway.tokens import TokenCounter
@@ -85,6 +88,7 @@ def create_app(
     tokenizer: TokenCounter,
     runner: JobRunner,
     embedder: Embedder | None = None,
+    vectors: StaticEmbedder | None = None,
     resources: AbstractAsyncContextManager[object] | None = None,
 ) -> Starlette:
     """The ASGI app.
@@ -92,17 +96,25 @@ def create_app(
     ``runner`` runs summarization jobs (flush, end of session, and the in-process worker
     when ``worker.in_process``). ``resources`` is entered before start-up and left after
     shutdown: the caller's processes and clients (the embedded Redis, say) live exactly
-    as long as the server does, whichever way the server is stopped.
+    as long as the server does, whichever way the server is stopped. ``vectors`` gives
+    recall the meaning of words (``embedder.StaticEmbedder``); without it recall matches
+    words only.
     """
     tenants = Tenants(store, settings.server.tenant_secret)
     passthrough = Passthrough(upstream, settings.upstream.api_key)
-    memory = MemoryService(store, tokenizer, settings.memory, embedder)
+    # One set of session archives in memory for the proxy and the memory API.
+    archives: ArchiveCache[SessionKeys] = ArchiveCache(settings.memory.archive_cache_mb * 2**20)
+    memory = MemoryService(
+        store, tokenizer, settings.memory, embedder, vectors=vectors, archives=archives
+    )
     chat = ChatCompletions(
         settings, upstream=upstream, memory=memory, tenants=tenants, passthrough=passthrough
     )
     # The memory API is an operator's tool, not the request path: it uses the jobs'
     # store, whose deadline is seconds, not the proxy's 100 ms.
-    api_memory = MemoryService(runner.store, tokenizer, settings.memory, embedder)
+    api_memory = MemoryService(
+        runner.store, tokenizer, settings.memory, embedder, vectors=vectors, archives=archives
+    )
     operations = SessionOperations(api_memory, runner)
     memory_api = MemoryAPI(operations, tenants, max_body_bytes=settings.server.max_body_bytes)
 

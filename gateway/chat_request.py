@@ -148,7 +148,9 @@ def validation_error(body: Any, error: ValidationError, prefix: str = "") -> Inv
     """The first problem pydantic found, named by its path in the client's JSON."""
     first = error.errors()[0]
     param = prefix + _param(body, first)
-    return InvalidRequest(f"{param or 'body'}: {first['msg']}", param=param or None)
+    # A validator's own message, without pydantic's "Value error, " before it.
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return InvalidRequest(f"{param or 'body'}: {message}", param=param or None)
 
 
 def open_tool_calls(messages: Sequence[Message]) -> frozenset[str]:

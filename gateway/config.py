@@ -168,23 +168,33 @@ class FactsTier(_Section):
 
 
 class EmbeddingsConfig(_Section):
-    """Optional: rerank recall's lexical candidates by meaning, via ``/v1/embeddings``."""
+    """Optional: rerank recall's best candidates by an embeddings model's meaning, via
+    ``/v1/embeddings`` (a worker job embeds each recorded message)."""
 
     model: str = "text-embedding-3-small"
     base_url: str | None = None  # None: the upstream's base_url
     api_key: str | None = None  # None: upstream.api_key; never a client's key
-    candidates: int = Field(default=20, gt=0)  # lexical candidates reranked
+    candidates: int = Field(default=20, gt=0)  # best candidates reranked
     weight: float = Field(default=0.5, ge=0, le=1)  # share of the score from meaning
     timeout_s: float = Field(default=2.0, gt=0)  # on the request path: then lexical only
 
 
 class RecallTier(_Section):
-    """Verbatim messages from the archive that match the new user message (BM25)."""
+    """Verbatim excerpts of the archive that best match the new user message, by its words
+    (BM25) and their meaning (in-process word vectors): they take what the other tiers
+    leave of the budget, best first (``memory.recall``)."""
 
-    hits: int = Field(default=4, gt=0)  # messages recalled at most
-    share: float = Field(default=0.3, gt=0, le=1)  # of budget_tokens, at most
-    min_score: float = Field(default=1.5, ge=0)  # weaker matches are noise
+    hits: int | None = Field(default=None, gt=0)  # optional cap: messages recalled at most
+    share: float | None = Field(default=None, gt=0, le=1)  # optional cap: of budget_tokens
+    min_score: float = Field(default=0.0, ge=0)  # optional floor on the fused score (0-1.2)
+    # Fuse the meaning of the words (wordllama's static vectors, computed in-process) with
+    # the words themselves; false: words only.
+    semantic: bool = True
+    semantic_weight: float = Field(default=0.6, ge=0, le=1)
+    neighbour_weight: float = Field(default=0.3, ge=0, le=1)
     across_sessions: bool = True  # with X-User-Id: the user's last sessions too
+    # The newest messages of a session that recall searches (older ones are not read).
+    archive_messages: int = Field(default=20_000, gt=0)
     embeddings: EmbeddingsConfig | None = None
 
 
@@ -226,8 +236,12 @@ class Composition(_Section):
     pins: PinsTier | None = None
     recall: RecallTier | None = None
     cross_session: CrossSessionTier | None = None
-    # Filled in this order while the budget lasts; what is not reached is dropped.
+    # Filled in this order while the budget lasts; what is not reached is dropped. With
+    # recall, summaries and facts made without a model (fallbacks) come after it.
     priority: list[TierName] = ["window_keep", "pins", "summaries", "window"]
+    # Dates in the memory block: today's, the window's, each summary's and each recalled
+    # excerpt's (the seeds' presets render as their documents describe, without them).
+    dates: bool = False
 
     @model_validator(mode="after")
     def _one_evolving_summary(self) -> Composition:
@@ -268,20 +282,21 @@ PRESETS: dict[str, Composition] = {
         priority=["window_keep", "pins", "summaries", "window"],
     ),
     # Seed 004's tiers, plus what summaries lose: verbatim recall from the archive,
-    # durable facts (newer supersede older), and seed 001's cross-session profile.
+    # durable facts (newer supersede older), and seed 001's cross-session profile. The
+    # fixed tiers come first; recall takes the rest of the budget.
     "hybrid-recall": Composition(
         window=WindowTier(messages=8, keep_last=3),
         # Every request reads the whole tiers document: keeping all chunk summaries made it
-        # grow with the conversation (448 KB and 4.6 ms to parse at 10,000 messages, for 3
-        # summaries sent). What older chunks held stays reachable by recall and facts.
+        # grow with the conversation. What older chunks held stays reachable by recall.
         chunks=ChunkTier(first_at=15, every=15, size=15, use=3, keep=12),
         pins=PinsTier(use=5),
-        # Facts are one short line each: 30 fit in a few hundred tokens, and a fact the
-        # question does not name in its own words is only found here, not by recall.
-        facts=FactsTier(use=30, extract_every=6),
+        # Facts are one short line each, and a fact the question does not name in its own
+        # words may be found here when recall misses it.
+        facts=FactsTier(use=15, extract_every=6),
         recall=RecallTier(),
         cross_session=CrossSessionTier(),
-        priority=["window_keep", "recall", "pins", "facts", "summaries", "profile", "window"],
+        priority=["window_keep", "pins", "facts", "summaries", "profile", "window", "recall"],
+        dates=True,
     ),
 }
 
@@ -300,6 +315,9 @@ class MemoryConfig(_Section):
     # Receipts of the last recorded turns kept per session (the inspector's recent
     # requests, ``GET …/receipts``): a few hundred bytes each; 0 keeps none.
     receipts: int = Field(default=10, ge=0, le=100)
+    # The sessions' archives a process keeps in memory for recall (``memory.archive``),
+    # least recently used out first: about 1 KB a message.
+    archive_cache_mb: int = Field(default=256, gt=0)
 
     @property
     def composition(self) -> Composition:

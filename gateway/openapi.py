@@ -106,7 +106,7 @@ _TOOL_CALL = _object(
 )
 
 
-def _message(roles: list[str]) -> Schema:
+def _message(roles: list[str], **more: Schema) -> Schema:
     return _object(
         ["role"],
         {
@@ -115,9 +115,16 @@ def _message(roles: list[str]) -> Schema:
             "tool_calls": _nullable({"type": "array", "items": _TOOL_CALL}),
             "tool_call_id": _nullable({"type": "string"}),
             "name": _nullable({"type": "string"}),
+            **more,
         },
         extra=True,
     )
+
+
+# When an imported message was said: Unix seconds, or ISO 8601 (UTC unless it says).
+_TIMESTAMP: Schema = _nullable(
+    {"oneOf": [{"type": "number"}, {"type": "string", "format": "date-time"}]}
+)
 
 
 _STORED_MESSAGE = _object(
@@ -129,6 +136,7 @@ _STORED_MESSAGE = _object(
         "tool_calls": {"type": "array", "items": {"type": "object"}},
         "tool_call_id": {"type": "string"},
         "name": {"type": "string"},
+        "timestamp": {"type": "string", "format": "date-time"},
     },
 )
 
@@ -155,7 +163,8 @@ _SESSION_PROPERTIES: dict[str, Schema] = {
     "window": {"type": "array", "items": _ref("StoredMessage")},
     "summaries": {"type": "array", "items": _object(["range", "text", "ts"], {
         "range": _RANGE, "text": {"type": "string"}, "ts": {"type": "number"},
-        "fallback": {"type": "boolean"}})},
+        "fallback": {"type": "boolean"}, "span": _object(["since", "until"], {
+            "since": {"type": "number"}, "until": {"type": "number"}})})},
     "rolling_summary": _nullable(_object(["text", "version", "range"], {
         "text": {"type": "string"}, "version": {"type": "integer"}, "range": _RANGE,
         "turn": {"type": "integer"}, "ts": {"type": "number"}, "fallback": {"type": "boolean"}})),
@@ -189,7 +198,7 @@ _COMPONENTS: dict[str, Schema] = {
     }, extra=True),
     "ImportBody": _object(["messages"], {
         "messages": {"type": "array", "minItems": 1,
-                     "items": _message(["user", "assistant", "tool"])}}),
+                     "items": _message(["user", "assistant", "tool"], timestamp=_TIMESTAMP)}}),
     "PinBody": _object(["content"], {
         "content": {"type": "string", "minLength": 1, "maxLength": 4000},
         "importance": _nullable({"type": "number", "minimum": 0, "maximum": 1}),

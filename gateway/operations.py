@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.errors import GatewayError
 from gateway.memory.assemble import window_units
-from gateway.memory.export import session_markdown
+from gateway.memory.export import iso_time, session_markdown
 from gateway.memory.model import Message, Pin, SessionState
 from gateway.memory.reconcile import Reconciled
 from gateway.memory.service import MemoryService
@@ -38,7 +38,12 @@ class NotFound(GatewayError):
 
 
 def message_view(message: Message) -> dict[str, Any]:
-    return {"index": message.index, **message.to_openai()}
+    """A stored message as the memory API shows it: its index, the message, and when it
+    was said (ISO 8601, UTC)."""
+    view = {"index": message.index, **message.to_openai()}
+    if message.ts > 0:
+        view["timestamp"] = iso_time(message.ts)
+    return view
 
 
 class SessionOperations:
@@ -183,5 +188,6 @@ class SessionOperations:
         return session_markdown(keys.session_id, meta, state, messages, self.view(keys, state))
 
     async def erase(self, keys: SessionKeys) -> None:
+        self.memory.archives.discard(keys)
         if not await self.store.erase_session(keys):
             raise NotFound(f"session {keys.session_id!r} not found", param="session_id")

@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 
 from gateway.app import create_app
 from gateway.config import Settings
+from gateway.embedder import StaticEmbedder
 from gateway.memory.summarizer import Summarizer
 from gateway.proxy.upstream import Upstream, UpstreamChatModel, UpstreamEmbeddings
 from gateway.store.loop_lag import MAX_EXTRA_S
@@ -30,6 +31,7 @@ class Clients:
     summarizer: Summarizer
     tokenizer: TokenCounter
     embedder: UpstreamEmbeddings | None = None
+    vectors: StaticEmbedder | None = None  # recall's in-process word vectors
 
     def runner(self, settings: Settings) -> JobRunner:
         # A job makes at most four summarizer calls (chunk, merge, facts; or fold + pair).
@@ -52,6 +54,7 @@ class Clients:
             tokenizer=self.tokenizer,
             runner=self.runner(settings),
             embedder=self.embedder,
+            vectors=self.vectors,
             resources=resources,
         )
 
@@ -88,8 +91,10 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
             model=embeddings.model,
             timeout_s=embeddings.timeout_s,
         )
+    vectors = StaticEmbedder.load() if recall is not None and recall.semantic else None
     return Clients(
         embedder=embedder,
+        vectors=vectors,
         upstream=Upstream(settings.upstream),
         store=RedisStore(
             create_client(

@@ -23,10 +23,10 @@ from typing import Literal
 
 from gateway import metrics
 from gateway.config import Composition, WorkerConfig
-from gateway.memory import durable, recall
+from gateway.memory import durable, rerank
 from gateway.memory.jobs import Job, needed_range, run_job
 from gateway.memory.model import Message, Tiers
-from gateway.memory.recall import Embedder, EmbeddingsUnavailable
+from gateway.memory.rerank import Embedder, EmbeddingsUnavailable
 from gateway.memory.summarizer import Summarizer
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import JobNotice, RedisStore, StoreUnavailable
@@ -143,7 +143,7 @@ class JobRunner:
                 # Recall stays lexical for these messages: no retry storm on a dead model.
                 log.warning("embeddings not made for %s: %s", job.id, error)
             else:
-                packed = {m.index: recall.pack(v) for m, v in zip(messages, vectors, strict=True)}
+                packed = {m.index: rerank.pack(v) for m, v in zip(messages, vectors, strict=True)}
                 await self.store.save_vectors(keys, packed)
         await self.store.finish_job(keys, job)
         return "written"

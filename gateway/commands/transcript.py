@@ -317,7 +317,7 @@ def _entry(value: Any, line: int, name: str) -> Entry:
     try:
         MessageShape.model_validate(message)
     except ValidationError as error:
-        problem = validation_error(message, error).message.replace("Value error, ", "")
+        problem = validation_error(message, error).message
         raise MalformedFile(name, line, problem) from None
     try:
         json.dumps(message, ensure_ascii=False).encode("utf-8")

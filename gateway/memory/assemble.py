@@ -6,21 +6,31 @@ window, oldest first; this turn's new messages.
 
 What gives way to the budget is the composition's ``priority``: tiers are filled in that
 order while the budget lasts, and the first item of a tier that does not fit ends that
-tier. The prompt, the new messages and the window's ``keep_last`` messages are always
+tier, except recall's: its excerpts are tried best first until the budget is used (a
+shorter one may fit where a longer did not). With recall, what was made without a model
+(fallback summaries and facts) comes after it: recalled words are the better use of the
+room. The prompt, the new messages and the window's ``keep_last`` messages are always
 sent, even over budget (the upstream then reports the overflow in its own words).
 A tool-calling assistant message and its results are one unit: kept or dropped whole.
 
+Recalled excerpts are shown in conversation order, one line per message with its
+speaker, under a line with their date ("[Sat 2024-01-13]") and "…" where messages were
+left out; with ``dates``, the block also says today's date and the window's, and each
+summary's span.
+
 Recalled messages, pins and facts are content, not instructions: each item starts a line
-with a label the gateway writes ("- Message 5 (user): "), and its own line breaks are
-indented under it (``summary_rules.inside``), so a user's "\nsystem: always answer X" or
+with a label the gateway writes ("user: ", "- "), and its own line breaks are indented
+under it (``summary_rules.inside``), so a user's "\nsystem: always answer X" or
 "\n## Pinned" stays visibly inside the item that quotes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import datetime
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.config import Composition
 from gateway.memory.model import Message, Pin, Tiers
@@ -45,10 +55,16 @@ _SECTIONS = {
     "rolling": "## Summary of the conversation so far",
     "summaries": "## Summaries of earlier messages (newest first)",
     "key_qa": "## Key questions and answers",
-    "recall": "## Earlier messages relevant to the new one (verbatim)",
+    "recall": "## Earlier in this conversation: excerpts relevant to the new message (verbatim)",
+    "recall_other": "## From the user's earlier conversations: relevant excerpts (verbatim)",
 }
+DATES_HEADER = "## Dates"
 # The order of sections inside the memory message, whatever the priority.
-_SECTION_ORDER = ("profile", "pins", "facts", "rolling", "summaries", "key_qa", "recall")
+_SECTION_ORDER = (
+    "profile", "pins", "facts", "rolling", "summaries", "key_qa", "recall", "recall_other",
+)  # fmt: skip
+# Between two excerpts of the same day: messages were left out.
+GAP = "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,35 +122,65 @@ class Context:
         return [message.to_openai() for message in self.messages]
 
 
-@dataclass(frozen=True, slots=True)
-class Recalled:
-    """A message recalled from the archive; ``session`` is None for this session."""
+class Recalled(NamedTuple):
+    """A message recalled from the archive, best first; ``session`` is None for this
+    session. ``lead_in``: the message a short hit answers, sent with it. (Tuples, like
+    ``_Item``: hundreds a request, several times faster to make than dataclasses.)"""
 
     message: Message
     session: str | None = None
+    score: float = 0.0
+    lead_in: Message | None = None
 
     @property
     def key(self) -> str:
-        index = str(self.message.index)
-        return index if self.session is None else f"{self.session}#{index}"
+        return _key(self.message, self.session)
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
+def _key(message: Message, session: str | None) -> str:
+    index = str(message.index)
+    return index if session is None else f"{session}#{index}"
+
+
+class _Item(NamedTuple):
     section: str
     text: str
     tokens: int
     key: Any = None  # summary range or pin id, for the receipt
+    fallback: bool = False  # made without a model: after recall, when there is recall
+    # Recalled lines only: where the message sits (sorted by it when shown) and its day.
+    order: tuple[float, str, int] = (0.0, "", 0)
+    day: str = ""
 
 
-def _item(section: str, text: str, count: Count, key: Any = None) -> _Item:
+def _item(section: str, text: str, count: Count, key: Any = None, fallback: bool = False) -> _Item:
     """An item of the memory block, counted with the line break that follows it there.
 
     That is the very piece the block's exact count (``render_memory``, then ``count``)
     looks up: a text is counted line by line (``tokens.TokenCounter``), each line once,
     so a block of items counted this way is not tokenized a second time.
     """
-    return _Item(section, text, count(text + "\n"), key)
+    return _Item(section, text, count(text + "\n"), key, fallback)
+
+
+def day_label(ts: float) -> str:
+    """A day as the memory block writes it: "Sat 2024-01-13" (UTC); "" when unknown."""
+    return _day_label(int(ts // 86400)) if ts > 0 else ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_label(day: int) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(day * 86400, datetime.UTC).strftime("%a %Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return ""
+
+
+def _span_label(since: float, until: float) -> str:
+    first, last = day_label(since), day_label(until)
+    if not first or not last:
+        return ""
+    return first if first == last else f"{first} to {last}"
 
 
 def _tokens(messages: Sequence[Message]) -> int:
@@ -164,7 +210,6 @@ def _memory_items(
     pins: Sequence[Pin],
     composition: Composition,
     count: Count,
-    recalled: Sequence[Recalled],
     profile: Mapping[str, Any] | None,
 ) -> dict[str, Sequence[_Item]]:
     items: dict[str, Sequence[_Item]] = dict(_tier_items(tiers, composition, count))
@@ -177,14 +222,6 @@ def _memory_items(
             text = f"- {inside(str(fact))}"
             profile_items.append(_item("profile", text, count))
         items["profile"] = profile_items
-    if composition.recall is not None:
-        recall_items = []
-        for hit in recalled:  # best match first
-            where = "" if hit.session is None else " of an earlier conversation"
-            message = hit.message
-            text = f"- Message {message.index}{where} ({message.role}): {inside(message.text)}"
-            recall_items.append(_item("recall", text, count, hit.key))
-        items["recall"] = recall_items
     if composition.pins is not None:
         items["pins"] = [
             _item("pins", f"- {inside(pin.content)}", count, pin.id)
@@ -193,12 +230,28 @@ def _memory_items(
     return items
 
 
+def _line(message: Message, session: str | None, dates: bool) -> _Item:
+    """One recalled message as the memory block shows it: "user: …" (its tokens: see
+    ``_fill_recall``)."""
+    text = f"{message.role}: {inside(message.text)}"
+    section = "recall" if session is None else "recall_other"
+    order = (message.ts if session is not None else 0.0, session or "", message.index)
+    day = day_label(message.ts) if dates else ""
+    return _Item(section, text, message.tokens, _key(message, session), False, order, day)
+
+
+def _header(item: _Item) -> str:
+    """The line above a recalled day's lines."""
+    if item.section == "recall_other":
+        return f"[{item.day}, another conversation]" if item.day else "[another conversation]"
+    return f"[{item.day}]"
+
+
 # The items made of a session's tiers (facts, summaries, Q&A pairs) are the same at every
 # turn until a summarizer job writes new tiers, and the store hands back the same Tiers
 # object while their stored bytes are unchanged (store.tiers_cache). So they are
 # remembered by the identity of the objects they were made from (each entry holds them:
-# an id is not reused while its entry lives). Making them was most of what assemble's
-# cost grew with a session's length: 37 items at 10,000 messages of bench/flat_cost.py.
+# an id is not reused while its entry lives).
 _TIER_ITEMS: Recent[int, tuple[Tiers, Composition, Count, dict[str, tuple[_Item, ...]]]]
 _TIER_ITEMS = Recent(1024)
 
@@ -211,12 +264,14 @@ def _tier_items(
     known = _TIER_ITEMS.get(id(tiers))
     if known is not None and known[0] is tiers and known[1] is composition and known[2] is count:
         return known[3]
+    dates = composition.dates
     items: dict[str, list[_Item]] = {name: [] for name in _SECTIONS}
     if composition.facts is not None:
         current = [fact for fact in tiers.facts if not fact.superseded]  # the newer wins
         for fact in reversed(current[-composition.facts.use :]):
-            text = f"- {inside(fact.text)}"
-            items["facts"].append(_item("facts", text, count))
+            said = day_label(fact.ts) if dates else ""
+            text = f"- [{said}] {inside(fact.text)}" if said else f"- {inside(fact.text)}"
+            items["facts"].append(_item("facts", text, count, fallback=fact.fallback))
     if tiers.rolling is not None and (composition.recursive or composition.rolling):
         rolling = tiers.rolling
         text = f"(messages {rolling.start}-{rolling.end})\n{rolling.text}"
@@ -225,8 +280,11 @@ def _tier_items(
         use = composition.chunks.use
         chosen = tiers.summaries if use is None else tiers.summaries[-use:]
         for summary in reversed(chosen):  # newest first, as seed 000 asks
-            text = f"### Messages {summary.start}-{summary.end}\n{summary.text}"
-            items["summaries"].append(_item("summaries", text, count, (summary.start, summary.end)))
+            span = _span_label(summary.since, summary.until) if dates else ""
+            title = f"### Messages {summary.start}-{summary.end}" + (f", {span}" if span else "")
+            key = (summary.start, summary.end)
+            text = f"{title}\n{summary.text}"
+            items["summaries"].append(_item("summaries", text, count, key, summary.fallback))
     if composition.rolling is not None:
         for pair in reversed(tiers.key_qa[-composition.rolling.keep_pairs :]):
             tags = f" [{', '.join(pair.tags)}]" if pair.tags else ""
@@ -259,15 +317,170 @@ def _section_tokens(chosen: Sequence[_Item]) -> dict[str, int]:
     return {section: tokens[section] for section in _SECTION_ORDER if section in tokens}
 
 
-def render_memory(chosen: Sequence[_Item]) -> str:
+def _excerpt_lines(items: Sequence[_Item]) -> list[str]:
+    """Recalled lines in conversation order, under a line for each day (and each other
+    conversation), with "…" where messages were left out between two of one day."""
+    lines: list[str] = []
+    previous: _Item | None = None
+    for item in sorted(items, key=lambda i: i.order):
+        same_run = previous is not None and previous.order[1] == item.order[1]
+        if not same_run or previous is None or previous.day != item.day:
+            if item.day or item.section == "recall_other":
+                lines.append(_header(item))
+            elif previous is not None:
+                lines.append(GAP)
+        elif item.order[2] != previous.order[2] + 1:
+            lines.append(GAP)
+        lines.append(item.text)
+        previous = item
+    return lines
+
+
+def render_memory(chosen: Sequence[_Item], dates: str = "") -> str:
     lines = [MEMORY_HEADER]
+    if dates and chosen:
+        lines += ["", DATES_HEADER, dates]
     for section in _SECTION_ORDER:
-        texts = [item.text for item in chosen if item.section == section]
-        if section == "key_qa":
-            texts.reverse()  # chosen newest first; read oldest first
-        if texts:
-            lines += ["", _SECTIONS[section], *texts]
+        items = [item for item in chosen if item.section == section]
+        if not items:
+            continue
+        if section in ("recall", "recall_other"):
+            texts = _excerpt_lines(items)
+        else:
+            texts = [item.text for item in items]
+            if section == "key_qa":
+                texts.reverse()  # chosen newest first; read oldest first
+        lines += ["", _SECTIONS[section], *texts]
     return "\n".join(lines)
+
+
+def dates_line(now: float, window: Sequence[Message]) -> str:
+    """Today's date, and the days the window's messages were said on."""
+    today = day_label(now)
+    if not today:
+        return ""
+    line = f"Today is {today} (UTC)."
+    said = [m.ts for m in window if m.ts > 0]
+    if said:
+        span = _span_label(min(said), max(said))
+        line += f" The messages after this one were said on {span}."
+    return line
+
+
+class _Packer:
+    """Fills the memory block item by item, counting what each item adds (its text, and
+    its section's title when it opens the section)."""
+
+    def __init__(self, count: Count, budget_tokens: int, used: int, overhead: int) -> None:
+        self.count = count
+        self.budget = budget_tokens
+        self.used = used
+        self.overhead = overhead  # the block's own header, paid with its first item
+        self.chosen: list[_Item] = []
+        self.sections: set[str] = set()
+        self.by_tier: dict[str, int] = {}
+
+    def opening(self, section: str) -> int:
+        """What the block's header and the section's title add, if not there yet."""
+        cost = 0 if self.chosen else self.overhead
+        if section not in self.sections:
+            cost += self.count(_SECTIONS[section]) + 2
+        return cost
+
+    def cost(self, item: _Item) -> int:
+        return item.tokens + self.opening(item.section)
+
+    def fits(self, cost: int) -> bool:
+        return self.used + cost <= self.budget
+
+    def take(self, tier: str, items: Sequence[_Item], cost: int) -> None:
+        self.used += cost
+        self.by_tier[tier] = self.by_tier.get(tier, 0) + cost
+        for item in items:
+            self.chosen.append(item)
+            self.sections.add(item.section)
+
+
+def _fill_recall(
+    packer: _Packer,
+    recalled: Iterable[Recalled],
+    shown: set[int],
+    composition: Composition,
+    budget_tokens: int,
+) -> int:
+    """Recalled excerpts, best first, while the budget lasts (and the optional caps):
+    each hit with the message it answers when it is short, leaving out what the window
+    shows and what an earlier hit brought. Returns how many were tried and left out.
+
+    Every hit is weighed, few are taken, so the weighing is plain arithmetic on locals: a
+    message's line costs its own token count (the speaker's label and the line break
+    take the place of the framing it counts), plus a header line for a day not shown yet,
+    or a "…" between excerpts of one day; the lines are made for what is taken."""
+    tier = composition.recall
+    assert tier is not None
+    room = packer.budget - packer.used
+    if tier.share is not None:
+        room = min(room, int(tier.share * budget_tokens) - packer.by_tier.get("recall", 0))
+    hits_left = tier.hits if tier.hits is not None else -1
+    # A day's header line, as long as the longest such line of its section.
+    headers = {
+        None: packer.count("[Sat 2024-01-13]") + 1,
+        "": packer.count("[Sat 2024-01-13, another conversation]") + 1,
+    }
+    block = 0 if packer.chosen else packer.overhead  # the memory block's own header
+    titles = {
+        name: 0 if name in packer.sections else packer.count(_SECTIONS[name]) + 2
+        for name in ("recall", "recall_other")
+    }
+    taken: set[tuple[str | None, int]] = {(None, index) for index in shown}
+    days: set[tuple[str | None, int]] = set()
+    chosen: list[tuple[Message, str | None]] = []
+    used = left_out = missed = 0
+    for hit in recalled:
+        if room - used < _ROOM_WORTH_TRYING or missed >= _MISSES_WORTH_TRYING or not hits_left:
+            break
+        session = hit.session
+        cost = 0
+        lines = []
+        for message in (hit.lead_in, hit.message):
+            if message is None or (session, message.index) in taken:
+                continue
+            day = (session, int(message.ts // 86400))
+            if day not in days:
+                cost += headers[None if session is None else ""]
+            elif (session, message.index - 1) not in taken and (
+                session,
+                message.index + 1,
+            ) not in taken:
+                cost += 2  # a "…" line before or after it
+            cost += message.tokens
+            lines.append((message, day))
+        if not lines:
+            continue
+        section = "recall" if session is None else "recall_other"
+        cost += block + titles[section]
+        if used + cost > room:
+            left_out += 1
+            missed += 1
+            continue
+        used += cost
+        block = titles[section] = 0
+        for message, day in lines:
+            taken.add((session, message.index))
+            days.add(day)
+            chosen.append((message, session))
+        missed = 0
+        hits_left -= 1
+    if chosen:
+        dates = composition.dates
+        packer.take("recall", [_line(m, session, dates) for m, session in chosen], used)
+    return left_out
+
+
+# Below this many tokens of room, no excerpt is worth trying (a line is ~20 tokens);
+# once this many excerpts in a row did not fit, the next ones are not tried either.
+_ROOM_WORTH_TRYING = 8
+_MISSES_WORTH_TRYING = 24
 
 
 def assemble(
@@ -279,10 +492,13 @@ def assemble(
     budget_tokens: int,
     memory_role: str,
     count: Count,
-    recalled: Sequence[Recalled] = (),
+    recalled: Iterable[Recalled] = (),
     profile: Mapping[str, Any] | None = None,
+    now: float = 0.0,
 ) -> Context:
-    """Every message must carry its token count (``Message.tokens``)."""
+    """Every message must carry its token count (``Message.tokens``). ``recalled`` is
+    read best first, only as far as the budget needs. ``now`` is the time of the request
+    (for the dates line)."""
     fixed = _tokens(turn.prompt) + _tokens(turn.new) + TOKENS_PER_REPLY
     units = window_units(turn, tiers, composition)
     keep = 0
@@ -293,54 +509,69 @@ def assemble(
     if turn.new and turn.new[0].role == "tool" and units and keep == 0:
         keep = 1  # tool results are never sent without the call they answer
 
-    items = _memory_items(tiers, pins, composition, count, recalled, profile)
-    # Recall may take at most its share of the budget, however much room is left.
-    caps = {"recall": int(composition.recall.share * budget_tokens)} if composition.recall else {}
-    tier_used: dict[str, int] = {}
+    items = _memory_items(tiers, pins, composition, count, profile)
+    # With recall, fallbacks wait for it: recalled words are the better use of the room.
+    deferred: list[tuple[str, _Item]] = []
+    if composition.recall is not None:
+        for name, section in items.items():
+            deferred += [(name, item) for item in section if item.fallback]
+            items[name] = [item for item in section if not item.fallback]
+    # The dates line is written at the end (it names the window's final span); counted
+    # in the block's overhead, at its longest.
+    dates = dates_line(now, [m for unit in units for m in unit]) if composition.dates else ""
     overhead = count(MEMORY_HEADER) + TOKENS_PER_MESSAGE
-    used = fixed + sum(_tokens(u) for u in units[:keep])
-    chosen: list[_Item] = []
-    sections_open: set[str] = set()
+    if dates:
+        overhead += count(DATES_HEADER) + count(dates) + 3
+    packer = _Packer(count, budget_tokens, fixed + sum(_tokens(u) for u in units[:keep]), overhead)
     window_taken = keep
     dropped: dict[str, int] = {}
     for tier in composition.priority:
         if tier == "window_keep":
             continue  # already counted: always sent
         if tier == "window":
-            while (
-                window_taken < len(units) and used + _tokens(units[window_taken]) <= budget_tokens
-            ):
-                used += _tokens(units[window_taken])
+            while window_taken < len(units) and packer.fits(_tokens(units[window_taken])):
+                packer.used += _tokens(units[window_taken])
                 window_taken += 1
             dropped["window"] = sum(len(u) for u in units[window_taken:])
             continue
-        for n, item in enumerate(items[tier]):
-            cost = item.tokens
-            if not chosen:
-                cost += overhead
-            if item.section not in sections_open:
-                cost += count(_SECTIONS[item.section]) + 2
-            over_cap = tier in caps and tier_used.get(tier, 0) + cost > caps[tier]
-            if used + cost > budget_tokens and not over_cap and tier == "rolling":
+        if tier == "recall":
+            if composition.recall is not None:
+                shown = {m.index for u in units[:window_taken] for m in u if m.index}
+                shown |= {m.index for m in turn.new if m.index}
+                dropped["recall"] = _fill_recall(
+                    packer, recalled, shown, composition, budget_tokens
+                )
+            continue
+        tier_items = items.get(tier, ())
+        for n, item in enumerate(tier_items):
+            cost = packer.cost(item)
+            if not packer.fits(cost) and tier == "rolling":
                 # The one evolving summary may be longer than the whole budget (seed 001
                 # lets it grow to 7000 tokens): send the part that fits, not nothing.
-                item = _cut(item, item.tokens - (used + cost - budget_tokens), count)
-                cost -= items[tier][n].tokens - item.tokens
+                cut = _cut(item, item.tokens - (packer.used + cost - budget_tokens), count)
+                cost -= item.tokens - cut.tokens
+                item = cut
                 dropped["rolling_cut"] = 1
-            if used + cost > budget_tokens or over_cap or not item.text:
-                dropped[tier] = len(items[tier]) - n
+            if not packer.fits(cost) or not item.text:
+                dropped[tier] = len(tier_items) - n
                 break
-            used += cost
-            tier_used[tier] = tier_used.get(tier, 0) + cost
-            chosen.append(item)
-            sections_open.add(item.section)
+            packer.take(tier, (item,), cost)
+    for name, item in deferred:
+        cost = packer.cost(item)
+        if packer.fits(cost):
+            packer.take(name, (item,), cost)
+        else:
+            dropped[name] = dropped.get(name, 0) + 1
 
+    chosen = packer.chosen
     window = tuple(m for unit in reversed(units[:window_taken]) for m in unit)
+    if dates:
+        dates = dates_line(now, window)
     memory: tuple[Message, ...] = ()
     memory_tokens = 0
     rest = fixed + _tokens(window)
     while chosen:
-        text = render_memory(chosen)
+        text = render_memory(chosen, dates)
         memory_tokens = count(text) + TOKENS_PER_MESSAGE
         # The per-item estimate can miss by a token at a joint: the exact count decides,
         # and the item filled last gives way.
@@ -361,7 +592,7 @@ def assemble(
         budget_tokens=budget_tokens,
         summaries=tuple(item.key for item in chosen if item.section == "summaries"),
         pins=tuple(item.key for item in chosen if item.section == "pins"),
-        recalled=tuple(item.key for item in chosen if item.section == "recall"),
+        recalled=tuple(item.key for item in chosen if item.section.startswith("recall")),
         memory_sections=_section_tokens(chosen),
         dropped={k: v for k, v in dropped.items() if v},
     )

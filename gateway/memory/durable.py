@@ -54,6 +54,8 @@ class Found:
     text: str
     index: int  # the (last) message it was said in
     start: int = 0  # the first message of the range it came from (0: ``index``)
+    fallback: bool = False  # read from the user's words, not written by the model
+    ts: float = 0.0  # when it was said (0: unknown)
 
 
 def fact_key(kind: str, key: str) -> str:
@@ -88,16 +90,18 @@ def extract(messages: Sequence[Message]) -> list[Found]:
         for sentence in sentences(message.text):
             key = key_of(sentence)
             if key is not None:
-                found.append(Found(key, sentence[:MAX_FACT_CHARS], message.index))
+                text = sentence[:MAX_FACT_CHARS]
+                found.append(Found(key, text, message.index, fallback=True, ts=message.ts))
     return found
 
 
-def keyed(texts: Iterable[str], start: int, end: int) -> list[Found]:
-    """The model's facts (plain sentences) with keys; unkeyable ones keep their words."""
+def keyed(texts: Iterable[str], start: int, end: int, ts: float = 0.0) -> list[Found]:
+    """The model's facts (plain sentences) with keys; unkeyable ones keep their words.
+    ``ts``: when the last message they were read from was said."""
     out = []
     for text in texts:
         key = key_of(text) or " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()[:5])
-        out.append(Found(key, text[:MAX_FACT_CHARS], end, start))
+        out.append(Found(key, text[:MAX_FACT_CHARS], end, start, ts=ts))
     return out
 
 
@@ -110,7 +114,16 @@ def merge(facts: tuple[Fact, ...], found: Sequence[Found], keep: int) -> tuple[F
             continue  # said again: nothing new
         for i in same:
             merged[i] = replace(merged[i], superseded=True)
-        merged.append(Fact(new.text, new.start or new.index, new.index, key=new.key))
+        merged.append(
+            Fact(
+                new.text,
+                new.start or new.index,
+                new.index,
+                key=new.key,
+                fallback=new.fallback,
+                ts=new.ts,
+            )
+        )
     current = [f for f in merged if not f.superseded]
     superseded = [f for f in merged if f.superseded]
     # Bounded: current facts first; the oldest superseded ones go when space runs out.

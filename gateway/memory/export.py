@@ -9,10 +9,13 @@ from typing import Any
 from gateway.memory.model import Message, SessionState, content_text
 
 
+def iso_time(ts: float) -> str:
+    """A Unix time as ISO 8601 in UTC: ``2024-01-13T09:05:00Z``."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _iso(ts: str | None) -> str:
-    if not ts:
-        return "(open)"
-    return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso_time(float(ts)) if ts else "(open)"
 
 
 def _line(index: int, role: str, text: str) -> str:

@@ -3,9 +3,11 @@
 A remembered summary is only useful if it still holds the exact seat number or allergy,
 so fallbacks are extractive, never topic labels like seed 004's ``createFallbackSummary``.
 Sentences are ranked by role (user first) and by signs of a durable fact (digits, dates,
-capitalised names, "my ...", "I prefer", "never", "always"), picked within the same limits
-as the model's output, and printed in their original order. Among equals the newest wins,
-so a fold or compress that must cut keeps the newest content.
+capitalised names, "my ...", "I prefer", "never", "always") and, in a chunk, by the words
+only they say there (a chunk's rare terms are its specifics: "Art Basel", "osso buco"),
+picked within the same limits as the model's output, and printed in their original order.
+Among equals the newest wins, so a fold or compress that must cut keeps the newest
+content. Filler ("ok", "haha nice") never makes the cut.
 """
 
 from __future__ import annotations
@@ -106,13 +108,20 @@ class _Piece:
 
 
 def _pieces(
-    texts: Sequence[tuple[str, str, int]], first: int = 0, *, split: bool = True
+    texts: Sequence[tuple[str, str, int]],
+    first: int = 0,
+    *,
+    split: bool = True,
+    rare: frozenset[str] = frozenset(),
 ) -> list[_Piece]:
-    """Pieces of ``(text, group, bonus)`` items; filler ("ok", "thanks!") is left out."""
+    """Pieces of ``(text, group, bonus)`` items; filler ("ok", "thanks!") is left out. A
+    sentence holding ``rare`` words gains a point for each (two at most)."""
     out: list[_Piece] = []
     for source, (text, group, bonus) in enumerate(texts):
         for sentence in sentences(text) if split else [text.strip()]:
             score = fact_score(sentence)
+            if rare:
+                score += min(2, len(rare.intersection(content_words(sentence))))
             if len(sentence.split()) <= 2 and score == 0:
                 continue
             out.append(
@@ -347,11 +356,20 @@ def fallback_recursive(
     return fit_sections([*old, *fresh], budget, counter)
 
 
+def rare_words(texts: Sequence[str]) -> frozenset[str]:
+    """Content words of four letters or more that only one of the texts says."""
+    said = Counter(w for text in texts for w in set(content_words(text)) if len(w) >= 4)
+    return frozenset(word for word, times in said.items() if times == 1)
+
+
 def fallback_chunk(messages: Sequence[Message]) -> str:
-    """The user's fact-like sentences first, then the assistant's, within the chunk limits."""
+    """The chunk's most informative sentences (the user's first: facts, dates, names and
+    what only they say), within the chunk limits, in their order."""
     if not messages:
         return "No messages."
-    text = _fit(_pieces(message_items(messages)), _render_lines, CHUNK_WORDS, CHUNK_CHARS)
+    rare = rare_words([m.text for m in messages])
+    pieces = _pieces(message_items(messages), rare=rare)
+    text = _fit(pieces, _render_lines, CHUNK_WORDS, CHUNK_CHARS)
     return text or _trim(render_message(messages[-1]), CHUNK_WORDS)[:CHUNK_CHARS]
 
 

@@ -175,21 +175,29 @@ async def _chunk(work: _Work) -> Tiers | None:
     if chunks.keep is not None and len(summaries) >= chunks.keep and job.end < summaries[0].start:
         return None  # a late job for a chunk already dropped as the oldest
     written = await summarizer.chunk(messages)
-    summaries = sorted(
-        [*summaries, Summary(job.start, job.end, written.text, now, written.fallback)],
-        key=lambda s: s.start,
-    )
+    since, until = _span(messages)
+    made = Summary(job.start, job.end, written.text, now, written.fallback, since, until)
+    summaries = sorted([*summaries, made], key=lambda s: s.start)
     if chunks.keep is not None:
         summaries = summaries[-chunks.keep :]
     if chunks.merge_over is not None and len(summaries) > chunks.merge_over:
         merged = await summarizer.merge([s.text for s in summaries])
+        first, last = summaries[0], summaries[-1]
         summaries = [
-            Summary(summaries[0].start, summaries[-1].end, merged.text, now, merged.fallback)
+            Summary(
+                first.start, last.end, merged.text, now, merged.fallback, first.since, last.until
+            )
         ]
     facts = tiers.facts
     if chunks.extract_facts:
         facts = await _extracted(job, composition, facts, messages, summarizer)
     return replace(tiers, version=tiers.version + 1, summaries=tuple(summaries), facts=facts)
+
+
+def _span(messages: Sequence[Message]) -> tuple[float, float]:
+    """When the first and the last of the messages were said (0: unknown)."""
+    times = [m.ts for m in messages if m.ts > 0]
+    return (min(times), max(times)) if times else (0.0, 0.0)
 
 
 async def _extracted(
@@ -204,7 +212,8 @@ async def _extracted(
     # The model's facts are sentences to key; when it failed, the keyed extractor reads
     # the user's own words. (Adding the fallback's unkeyed fact-like sentences as well was
     # measured to crowd the planted facts out: bench/recall.py, 100% → 99% present.)
-    new = durable.extract(messages) if fallback else durable.keyed(found, job.start, job.end)
+    said = max((m.ts for m in messages), default=0.0)
+    new = durable.extract(messages) if fallback else durable.keyed(found, job.start, job.end, said)
     keep = composition.facts.keep if composition.facts is not None else 100
     return durable.merge(facts, new, keep)
 

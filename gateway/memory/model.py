@@ -152,15 +152,23 @@ class Summary:
     text: str
     ts: float = 0.0
     fallback: bool = False  # made without the model (it failed or was unreachable)
+    # When its first and last messages were said (0: unknown).
+    since: float = 0.0
+    until: float = 0.0
 
     def to_data(self) -> dict[str, Any]:
-        return {"range": {"start": self.start, "end": self.end}, "text": self.text, "ts": self.ts,
-                "fallback": self.fallback}  # fmt: skip
+        data = {"range": {"start": self.start, "end": self.end}, "text": self.text,
+                "ts": self.ts, "fallback": self.fallback}  # fmt: skip
+        if self.since or self.until:
+            data["span"] = {"since": self.since, "until": self.until}
+        return data
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Summary:
+        span = data.get("span") or {}
         return cls(data["range"]["start"], data["range"]["end"], data["text"], data.get("ts", 0.0),
-                   data.get("fallback", False))  # fmt: skip
+                   data.get("fallback", False), span.get("since", 0.0),
+                   span.get("until", 0.0))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +228,8 @@ class Fact:
     end: int = 0
     key: str = ""
     superseded: bool = False
+    fallback: bool = False  # read from the user's words without the model
+    ts: float = 0.0  # when its last source message was said (0: unknown)
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"text": self.text, "range": {"start": self.start, "end": self.end}}
@@ -227,13 +237,18 @@ class Fact:
             data["key"] = self.key
         if self.superseded:
             data["superseded"] = True
+        if self.fallback:
+            data["fallback"] = True
+        if self.ts:
+            data["ts"] = self.ts
         return data
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Fact:
         span = data.get("range") or {}
         return cls(data["text"], span.get("start", 0), span.get("end", 0),
-                   data.get("key", ""), bool(data.get("superseded", False)))  # fmt: skip
+                   data.get("key", ""), bool(data.get("superseded", False)),
+                   bool(data.get("fallback", False)), float(data.get("ts", 0.0)))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,8 +333,5 @@ class SessionState:
     turns: int = 0  # user messages so far (seed 002 counts turns)
     exists: bool = False
     updated: float = 0.0  # the last record's time (0: never)
-    postings: dict[str, str | None] = field(default_factory=dict)  # the query's terms
-    indexed_docs: int = 0
-    indexed_length: int = 0
     profile: dict[str, Any] | None = None  # the user's cross-session profile
     history: tuple[dict[str, Any], ...] = ()  # the user's last ended sessions

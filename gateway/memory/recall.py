@@ -1,306 +1,356 @@
-"""Lexical recall over a session's archive: BM25 on an incremental inverted index (pure).
+"""Recall: which archived messages best answer the new one (pure).
 
-Summaries lose exact facts (a seat number, an allergy, a date said at message 4); the
-recall tier brings the original messages back, verbatim, when the new user message shares
-rare words with them. No model is needed, and the index is kept in Redis as one hash per
-session, ``term -> postings``, appended to by the same script that records a turn, so a
-request reads only the postings of its own query terms, and of those only the newest
-``redis_store.CANDIDATES_SCANNED`` bytes, rarest terms first: its cost is bounded,
-whatever the length of the archive.
+Every message of the archive is scored for the query by two signals, fused:
 
-Postings are compact text, ``"<index>:<tf>:<length>,"`` per message, where ``length`` is
-the message's number of indexed terms (BM25 needs it). Offsets are relative to the first
-appended message (``"+<offset>:…"``) until the record script, which alone knows the final
-indexes, makes them absolute. The stored value is ``"<df>|<postings>"``: the script keeps
-the true document frequency, and only a common word's newest postings (see
-``redis_store.POSTINGS_CAP``), so a request's reads stay flat as the archive grows.
+- *words*: BM25 over Snowball-stemmed terms (``terms``), so "cooked" finds "cooking";
+- *meaning*: the cosine between the message's and the question's static word-embedding
+  vectors (``embedder``), so "what are her hobbies?" finds "I went skiing again".
+
+A message's score spills onto its neighbours (``NEIGHBOUR``): the question a hit answered
+and the answer it got rank just behind it, so they come along when they are worth their
+tokens. A date the question names ("on 29 Dec 2023") lifts the messages of that day and
+the next (people answer after midnight). Nothing is dropped by a threshold: the caller
+takes hits best first until its token budget is used (``assemble``).
+
+The constants were chosen on the REALTALK conversations (``bench/recall.py --dataset
+realtalk``), where each of them helped every category of question at both budgets
+measured; the scores are flat around them (±0.1 on each moves the result by < 1 point).
 """
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import math
 import re
-import struct
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
+from gateway.memory.archive import Archive
 from gateway.memory.model import Message
-from gateway.short_cache import remembered_when_short
+from gateway.memory.terms import STOPWORDS, stems, terms, words
+from gateway.memory.vectors import unit
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
-# One posting entry, "<index>:<tf>:<length>," (absolute indexes, as the load returns them):
-# its index and its "<tf>:<length>", which is all BM25 needs of it besides.
-_ENTRY = re.compile(r"(\d+):(\d+:\d+),")
-# Just the "<tf>:<length>" of each entry.
-_PAIR = re.compile(r"\d+:(\d+:\d+),")
-# Words too common to tell messages apart; numbers and names are what recall is for.
-_STOPWORDS_TEXT = """a about above after again against all am an and any are as at be because been
-    before being below between both but by can could did do does doing down during each
-    few for from further had has have having he her here hers herself him himself his how
-    i if in into is it its itself just me more most my myself no nor not now of off on
-    once only or other our ours ourselves out over own same she should so some such than
-    that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with
-    would you your yours yourself yourselves also okay ok yes yeah please thanks thank
-    hi hello hey sure really well like get got let lets let's i'm i've i'd i'll it's
-    that's don't can't won't you're we're they're what's there's say said tell told
-    know think want need make one two much many"""
-_STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
-# BM25's usual constants: term-frequency saturation and length normalisation.
+# BM25's term-frequency saturation and length normalisation (flat on REALTALK from
+# k1 0.9 to 2.0 and b 0.3 to 0.9).
 K1 = 1.2
 B = 0.75
+# Share of the fused score that comes from meaning (0: words only).
+SEMANTIC_WEIGHT = 0.6
+# A message's words score, and its cosine, spill onto each neighbour at this rate.
+NEIGHBOUR = 0.3
+# What a named date adds to the messages of that day and the day after.
+DATE_BOOST = 0.2
+# A new message with this few terms of its own that points back ("and her sister?",
+# "what about that one?") is read with the turns before it: their terms count at most
+# CONTEXT_WEIGHT each, and all of them together no more than the message's own.
+FOLLOW_UP_TERMS = 2
+CONTEXT_WEIGHT = 0.5
+_POINTING_TEXT = """he she it they them her him his its their theirs that this those these there
+    then and also too else other one ones"""
+_POINTING = frozenset(_POINTING_TEXT.split())
+# The second pass: the words of the first pass's best hits, at this weight of the words'
+# share of the score.
+FEEDBACK = 0.5
+FEEDBACK_HITS = 5
+FEEDBACK_TERMS = 10
+# A hit this short ("Yes, twice!") is no answer without the message it answers.
+SHORT_WORDS = 4
 
-
-def _stem(token: str) -> str:
-    """A light stemmer: plurals only, so "seats" finds "seat" but "14c" stays itself."""
-    if len(token) > 4 and token.endswith("ies"):
-        return token[:-3] + "y"
-    if len(token) > 4 and token.endswith("sses"):
-        return token[:-2]
-    if len(token) > 3 and token.endswith("s") and not token.endswith("ss") and token.isalpha():
-        return token[:-1]
-    return token
-
-
-# A turn's new user message is split into terms four times (its postings are read, it is
-# ranked against them, its own postings and length are recorded): remembered, it is
-# split once. Only short texts, so that the cache's size stays a few hundred KB.
-@remembered_when_short(limit=4096, maxsize=512)
-def terms(text: str) -> tuple[str, ...]:
-    """The indexed terms of a text, in order (stopwords dropped, plurals folded)."""
-    return tuple(_stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS)
-
-
-def index_entries(messages: Sequence[Message]) -> dict[str, str]:
-    """Postings to append for newly recorded messages, offsets relative to the first."""
-    entries: dict[str, list[str]] = {}
-    for offset, message in enumerate(messages):
-        found = terms(message.text)
-        for term, tf in Counter(found).items():
-            entries.setdefault(term, []).append(f"+{offset}:{tf}:{len(found)},")
-    return {term: "".join(parts) for term, parts in entries.items()}
-
-
-def indexed_length(messages: Iterable[Message]) -> int:
-    return sum(len(terms(m.text)) for m in messages)
-
-
-class EmbeddingsUnavailable(Exception):
-    """The embeddings model failed or did not answer in time: recall stays lexical."""
-
-
-class Embedder(Protocol):
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, slots=True)
+class Query:
+    """What recall searches for: weighted terms, a unit vector, and the days named."""
+
+    terms: dict[str, float]
+    vector: Vector | None = None
+    days: frozenset[int] = frozenset()
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms and self.vector is None
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One archive searched, and the indexes already in front of the model (skipped)."""
+
+    archive: Archive
+    exclude: frozenset[int] = frozenset()
+
+
+@dataclass(slots=True)
 class Hit:
+    """Message ``index`` of ``sources[source]``, and its fused score (higher is better).
+    (Not frozen: hundreds are made per request, and a frozen one costs several times
+    more to make.)"""
+
+    source: int
     index: int
     score: float
 
 
-def _entries(raw: str) -> tuple[int, str]:
-    """A stored value: its document frequency and its entries, still as text."""
-    df, _, entries = raw.partition("|")
-    return int(df), entries
+@dataclass(frozen=True, slots=True)
+class Weights:
+    semantic: float = SEMANTIC_WEIGHT
+    neighbour: float = NEIGHBOUR
+    date_boost: float = DATE_BOOST
+    feedback: float = FEEDBACK
+    k1: float = K1
+    b: float = B
 
 
-def _entry_of(entries: str, index: str) -> str | None:
-    """The "<tf>:<length>" of one message in a term's entries, found without parsing them
-    all."""
-    key = f"{index}:"
-    if entries.startswith(key):
-        at = 0
-    else:
-        at = entries.find("," + key) + 1
-        if at == 0:
-            return None
-    return entries[at + len(key) : entries.index(",", at)]
+# --- The query ---------------------------------------------------------------------------
 
 
-# Messages still in the race looked up one by one (a substring search each) below this
-# many; from it on, one pass over the term's entries is cheaper.
-_LOOKUPS = 24
+def build_query(
+    new: str,
+    context: Sequence[str] = (),
+    *,
+    known: Callable[[str], bool] = lambda _: True,
+    embed: Callable[[str], Vector | None] | None = None,
+) -> Query:
+    """The query of a new user message, and of the turns before it (``context``, oldest
+    first) when it says too little on its own to be searched ("and what about her
+    sister?").
+
+    The vector is the meaning of the message's words that the archive holds (``known``,
+    by stemmed term): a name the conversation never uses ("Kate's", for a user who is
+    Kate) moves the vector away from what she said.
+    """
+    own = words(new)
+    weights: dict[str, float] = {}
+    for term in stems(own):
+        weights[term] = 1.0
+    follow_up = (
+        len(weights) <= FOLLOW_UP_TERMS
+        and any(context)
+        and (not weights or any(w in _POINTING for w in _SAID.findall(new.lower())))
+    )
+    if follow_up:
+        around = [t for t in dict.fromkeys(terms(" ".join(context))) if t not in weights]
+        each = min(CONTEXT_WEIGHT, max(1, len(weights)) / max(1, len(around)))
+        for term in around:
+            weights[term] = each
+    vector = None
+    if embed is not None:
+        said = [w for w, t in zip(own, stems(own), strict=True) if known(t)]
+        vector = embed(" ".join(said) if said else new)
+        before = embed(" ".join(context)) if follow_up else None
+        if before is not None:
+            vector = unit(before * CONTEXT_WEIGHT + (0.0 if vector is None else vector))
+    return Query(weights, vector, named_days(new))
+
+
+_SAID = re.compile(r"[a-z']+")
+
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+    )
+}
+_MONTH = (
+    r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+# Dates as people write them: 2024-01-05, 5 Jan 2024, the 5th of January 2024, January 5,
+# 2024, 05.01.2024 and 05/01/2024 (day first, as most of the world writes it).
+_DATES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], tuple[int, int, int]]]] = [
+    (
+        re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"),
+        lambda m: (int(m[1]), int(m[2]), int(m[3])),
+    ),
+    (
+        re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\.?,?\s+(\d{{4}})\b"),
+        lambda m: (int(m[3]), _MONTHS[m[2][:3]], int(m[1])),
+    ),
+    (
+        re.compile(rf"\b{_MONTH}\.?\s+{_DAY},?\s+(\d{{4}})\b"),
+        lambda m: (int(m[3]), _MONTHS[m[1][:3]], int(m[2])),
+    ),
+    (
+        re.compile(r"\b(\d{1,2})[./](\d{1,2})[./](\d{4})\b"),
+        lambda m: (int(m[3]), int(m[2]), int(m[1])),
+    ),
+]
+
+
+def named_days(text: str) -> frozenset[int]:
+    """The calendar days a text names, as ordinals (see ``archive.day_of``)."""
+    lower = text.lower()
+    found = set()
+    for pattern, parts in _DATES:
+        for match in pattern.finditer(lower):
+            try:
+                found.add(datetime.date(*parts(match)).toordinal())
+            except ValueError:
+                continue  # "31.02.2024", "13/25/2024"
+    return frozenset(found)
+
+
+# --- Ranking -------------------------------------------------------------------------
+
+
+def _spill(scores: npt.NDArray[np.float64], rate: float) -> npt.NDArray[np.float64]:
+    """Each score plus ``rate`` times each neighbour's."""
+    if rate == 0 or len(scores) < 2:
+        return scores
+    spilled = scores.copy()
+    spilled[1:] += rate * scores[:-1]
+    spilled[:-1] += rate * scores[1:]
+    return spilled
+
+
+def _words_score(archive: Archive, query: Query, weights: Weights) -> npt.NDArray[np.float64]:
+    """BM25 of every message of the archive."""
+    n = len(archive.messages)
+    scores = np.zeros(n, dtype=np.float64)
+    if n == 0 or not query.terms:
+        return scores
+    lengths = np.frombuffer(archive.lengths, dtype=np.uint32)
+    norm = weights.k1 * (1 - weights.b + weights.b * lengths / max(archive.total_length / n, 1.0))
+    for term, weight in query.terms.items():
+        entry = archive.postings.get(term)
+        if entry is None:
+            continue
+        positions = np.frombuffer(entry[0], dtype=np.uint32)
+        tf = np.frombuffer(entry[1], dtype=np.uint32).astype(np.float64)
+        df = len(positions)
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        scores[positions] += weight * idf * tf * (weights.k1 + 1) / (tf + norm[positions])
+    return scores
+
+
+def _meaning_score(archive: Archive, query: Query, weights: Weights) -> npt.NDArray[np.float64]:
+    """Cosine of every message (0 for a message without a vector or pointing away)."""
+    if query.vector is None or not archive.messages:
+        return np.zeros(len(archive.messages), dtype=np.float64)
+    cosine = np.maximum(archive.vectors @ query.vector, 0.0).astype(np.float64)
+    return _spill(cosine, weights.neighbour) / (1 + 2 * weights.neighbour)
 
 
 def rank(
-    query: str,
-    postings: Mapping[str, str | None],
-    *,
-    documents: int,
-    total_length: int,
-    exclude: frozenset[int] = frozenset(),
-    limit: int = 4,
+    sources: Sequence[Source], query: Query, *, limit: int, weights: Weights = Weights()
 ) -> list[Hit]:
-    """The best BM25 matches for ``query``, best first, skipping ``exclude``d indexes.
+    """The best ``limit`` messages over every source, best first (ties: newer first).
 
-    ``postings`` maps each query term to its postings as the load scanned them (None:
-    never said): the true document frequency and the entries within the scan budget.
+    Word scores are comparable across sources only once scaled by one maximum (BM25
+    depends on each archive's statistics): the best word match anywhere counts 1.
 
     Notes:
-        Exact top-``limit`` BM25 with MaxScore pruning. A term adds less than
-        ``idf * (K1 + 1)`` to any message's score. Terms are scored rarest first; once
-        the terms left could not lift a message not yet seen to the current
-        ``limit``-th score, only the messages still in the race are scored further,
-        by looking them up rather than parsing every entry. Common words (small idf, up
-        to 4 KiB of postings each) are exactly those terms, so a query's cost follows
-        its rare words. Parsing every entry cost ~1 ms a request for ~1,000 entries.
-        The last (commonest) term adds nothing after it, so a message it alone names
-        scores its pair's factor times its weight: only the best pairs' newest messages
-        are looked at (``_best_of_last_term``), which halves the rank of a question with
-        one common word (70 -> 43 µs on a 10,000-message session).
+        Two passes. The second searches again with the words that the first pass's best
+        hits have in common and the question lacks (pseudo-relevance feedback): "Which
+        city am I travelling to next month?" finds "I'm visiting my sister next month",
+        and through "sister" the earlier "my sister lives in Lyon" that holds the
+        answer, which shares no word with the question.
     """
-    if documents <= 0:
+    if query.empty or limit <= 0:
         return []
-    average = max(total_length / documents, 1.0)
-    lists = []
-    for term in set(terms(query)):
-        raw = postings.get(term)
-        if raw:
-            df, entries = _entries(raw)
-            lists.append((math.log(1 + (documents - df + 0.5) / (df + 0.5)) * (K1 + 1), entries))
-    lists.sort(key=lambda item: -item[0])
-    # left[i]: more than terms i.. can add to one message's score.
-    left = [0.0] * (len(lists) + 1)
-    for i in range(len(lists) - 1, -1, -1):
-        left[i] = left[i + 1] + lists[i][0]
-    # A term said in more messages than are indexed (stale postings) has a negative idf:
-    # it could lower the leaders' scores after the others were dropped. No pruning then.
-    prune = bool(lists) and lists[-1][0] > 0
-    race = False  # only the messages in ``scores`` can still make the top
-    score = _Scorer(K1 * (1 - B), K1 * B / average)
-    known = score.known
-    # Indexes stay text until the end: an entry is matched, looked up and summed without
-    # converting its three numbers (that was most of the time of a long session's rank).
-    skipped = {str(index) for index in exclude}
-    scores: dict[str, float] = {}
-    last = len(lists) - 1
-    for i, (weight, entries) in enumerate(lists):
-        if prune and len(scores) >= limit:
-            threshold = heapq.nlargest(limit, scores.values())[-1]
-            if left[i] < threshold:
-                race = True
-                for index in [k for k, v in scores.items() if v + left[i] < threshold]:
-                    del scores[index]
-        if (race or (i == last and weight > 0)) and len(scores) < _LOOKUPS:
-            for index in scores:
-                found = _entry_of(entries, index)
-                if found is not None:
-                    scores[index] += weight * (known.get(found) or score(found))
-            if not race:
-                # The last term: a message it names that no rarer term did scores this
-                # term's weight times its pair's factor, nothing more. So only the
-                # messages of the best pairs are needed, newest first: a common word's
-                # few hundred entries cost a pass in C and a few lookups, not a loop.
-                scores |= _best_of_last_term(entries, weight, score, limit, scores, skipped)
-            continue
-        for index, pair in _ENTRY.findall(entries):
-            if index in skipped or (race and index not in scores):
-                continue
-            # The factor looked up here, not in a call: this loop runs for every entry.
-            scores[index] = scores.get(index, 0.0) + weight * (known.get(pair) or score(pair))
-    if len(scores) > limit:
-        # Only the messages that can make the top are converted and sorted (ties kept).
-        cutoff = sorted(scores.values(), reverse=True)[limit - 1]
-        scores = {k: v for k, v in scores.items() if v >= cutoff}
-    best = sorted(((int(k), v) for k, v in scores.items()), key=lambda item: (-item[1], -item[0]))
-    return [Hit(index, round(value, 4)) for index, value in best[:limit]]
+    semantic = weights.semantic if query.vector is not None else 0.0
+    fused = _fused(sources, query, weights, semantic)
+    if weights.feedback:
+        expansion = Query(_feedback_terms(sources, fused, query))
+        more = _lexical(sources, expansion, weights)
+        for scores, extra in zip(fused, more, strict=True):
+            scores += weights.feedback * (1 - semantic) * extra
+            scores[scores < 0] = 0.0  # (exclusions stay excluded)
+    hits: list[Hit] = []
+    for number, (source, scores) in enumerate(zip(sources, fused, strict=True)):
+        hits += _best(number, source.archive.first, scores, limit)
+    hits.sort(key=lambda h: (-h.score, -h.index))
+    return hits[:limit]
 
 
-def _best_of_last_term(
-    entries: str,
-    weight: float,
-    score: _Scorer,
-    limit: int,
-    scored: Mapping[str, float],
-    skipped: set[str],
+def _lexical(
+    sources: Sequence[Source], query: Query, weights: Weights
+) -> list[npt.NDArray[np.float64]]:
+    """Each source's spilled word scores, scaled so that the best anywhere is 1."""
+    found = [_spill(_words_score(s.archive, query, weights), weights.neighbour) for s in sources]
+    top = max((float(scores.max()) for scores in found if len(scores)), default=0.0) or 1.0
+    return [scores / top for scores in found]
+
+
+def _fused(
+    sources: Sequence[Source], query: Query, weights: Weights, semantic: float
+) -> list[npt.NDArray[np.float64]]:
+    """Each source's first-pass scores: words and meaning fused, a named date's boost,
+    and -1 where a message is excluded."""
+    fused = []
+    for source, words_score in zip(sources, _lexical(sources, query, weights), strict=True):
+        archive = source.archive
+        scores = (1 - semantic) * words_score
+        if semantic and archive.messages:
+            scores += semantic * _meaning_score(archive, query, weights)
+        if query.days and weights.date_boost and archive.messages:
+            days = np.frombuffer(archive.days, dtype=np.int32)
+            near = np.zeros(len(days), dtype=bool)
+            for day in query.days:
+                near |= (days >= day) & (days <= day + 1)
+            scores += weights.date_boost * near
+        for index in source.exclude:
+            position = index - archive.first
+            if 0 <= position < len(scores):
+                scores[position] = -1.0
+        fused.append(scores)
+    return fused
+
+
+def _feedback_terms(
+    sources: Sequence[Source], fused: Sequence[npt.NDArray[np.float64]], query: Query
 ) -> dict[str, float]:
-    """The scores of the last term's messages not already ``scored`` that can make the
-    top ``limit``: whole groups of equal "<tf>:<length>" pairs, best factor first, until
-    ``limit`` are taken; in a group, the newest ``limit`` (entries are in index order, and
-    of equal scores the newer message ranks first)."""
-    factors = {pair: score.known.get(pair) or score(pair) for pair in set(_PAIR.findall(entries))}
-    best: dict[str, float] = {}
-    taken_last = None
-    for pair in sorted(factors, key=factors.__getitem__, reverse=True):
-        value = weight * factors[pair]
-        if taken_last is not None and len(best) >= limit and value < taken_last:
-            break
-        needle = f":{pair},"
-        group = 0
-        end = len(entries)
-        while group < limit:
-            at = entries.rfind(needle, 0, end)
-            if at < 0:
-                break
-            start = entries.rfind(",", 0, at) + 1
-            index = entries[start:at]
-            end = start
-            if index in skipped or index in scored or index in best:
+    """The terms of the first pass's best ``FEEDBACK_HITS`` messages that the query does
+    not have, the most telling ``FEEDBACK_TERMS`` (by the summed idf of where they occur)."""
+    best = heapq.nlargest(
+        FEEDBACK_HITS,
+        ((float(scores[p]), n, int(p)) for n, scores in enumerate(fused) for p in
+         np.argpartition(-scores, min(FEEDBACK_HITS, len(scores)) - 1)[:FEEDBACK_HITS]
+         if len(scores) and scores[p] > 0),
+    )  # fmt: skip
+    weight: dict[str, float] = {}
+    for score, number, position in best:
+        archive = sources[number].archive
+        documents = len(archive.messages)
+        for term in set(stems(words(archive.messages[position].text))):
+            if term in query.terms:
                 continue
-            best[index] = value
-            group += 1
-        taken_last = value
-    return best
+            df = len(archive.postings[term][0]) if term in archive.postings else 1
+            idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
+            weight[term] = weight.get(term, 0.0) + score * idf
+    chosen = heapq.nlargest(FEEDBACK_TERMS, weight.items(), key=lambda item: item[1])
+    return {term: 1.0 for term, _ in chosen}
 
 
-class _Scorer:
-    """BM25's term-frequency factor, ``tf / (tf + K1 * (1 - B + B * length / average))``,
-    remembered in ``known`` per "<tf>:<length>" as written in the postings: messages
-    repeat the same few pairs, so most entries cost one dictionary lookup and no number
-    parsing. Called for a pair not yet known (the factor is never 0: tf >= 1)."""
-
-    def __init__(self, base: float, per_term: float) -> None:
-        self.base = base
-        self.per_term = per_term
-        self.known: dict[str, float] = {}
-
-    def __call__(self, pair: str) -> float:
-        tf_text, _, length_text = pair.partition(":")
-        tf = int(tf_text)
-        found = self.known[pair] = tf / (tf + self.base + self.per_term * int(length_text))
-        return found
+def _best(source: int, first: int, scores: npt.NDArray[np.float64], limit: int) -> list[Hit]:
+    """The ``limit`` best positive scores of one archive, as hits, best first; of equal
+    scores, the newer message first."""
+    positions = np.flatnonzero(scores > 0)
+    # Ties broken by position, by far less than any real difference between scores.
+    keys = scores[positions] + positions * 1e-12
+    if len(positions) > limit:
+        chosen = np.argpartition(-keys, limit - 1)[:limit]
+        positions, keys = positions[chosen], keys[chosen]
+    positions = positions[np.argsort(-keys)]
+    values = np.round(scores[positions], 6).tolist()
+    return [Hit(source, first + p, v) for p, v in zip(positions.tolist(), values, strict=True)]
 
 
-def pack(vector: Sequence[float]) -> bytes:
-    """A vector as Redis keeps it: little-endian float32."""
-    return struct.pack(f"<{len(vector)}f", *vector)
+def lead_in(archive: Archive, index: int) -> Message | None:
+    """The message a short hit answers (``SHORT_WORDS`` words or fewer): "Twice!" means
+    nothing without "How often have you been to Turks and Caicos?"."""
+    position = index - archive.first
+    if not 0 < position < len(archive.messages) or archive.words[position] > SHORT_WORDS:
+        return None
+    return archive.messages[position - 1]
 
 
-def unpack(raw: bytes) -> list[float]:
-    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
-
-
-def rerank(
-    hits: Sequence[Hit],
-    query: Sequence[float],
-    vectors: Mapping[int, Sequence[float]],
-    *,
-    weight: float,
-    limit: int,
-) -> list[Hit]:
-    """BM25's candidates reordered by meaning: ``weight`` of the score is the cosine.
-
-    Only candidates are compared (a plain Redis has no vector index, and scanning every
-    stored vector would make recall's cost grow with the archive). A candidate without a
-    vector (its embedding job has not run yet) keeps its lexical score alone.
-    """
-    if not hits:
-        return []
-    top = max(hit.score for hit in hits) or 1.0
-    scored = []
-    for hit in hits:
-        lexical = hit.score / top
-        vector = vectors.get(hit.index)
-        semantic = cosine(query, vector) if vector is not None else lexical
-        scored.append(Hit(hit.index, round((1 - weight) * lexical + weight * semantic, 4)))
-    return sorted(scored, key=lambda h: (-h.score, -h.index))[:limit]
+def vocabulary(archives: Iterable[Archive]) -> Callable[[str], bool]:
+    """Whether any of the archives holds a term (for ``build_query``'s ``known``)."""
+    held = [a.postings for a in archives]
+    return lambda term: term not in STOPWORDS and any(term in postings for postings in held)

@@ -9,16 +9,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from gateway import codec
-from gateway.config import Composition, EmbeddingsConfig, MemoryConfig
+from gateway.config import Composition, EmbeddingsConfig, MemoryConfig, RecallTier
+from gateway.embedder import StaticEmbedder
 from gateway.identity import Identity
-from gateway.memory import recall
+from gateway.memory import recall, rerank
+from gateway.memory.archive import Archive, ArchiveCache
 from gateway.memory.assemble import Context, Recalled, assemble, window_units
 from gateway.memory.jobs import Job, schedule
-from gateway.memory.model import Message, Pin, SessionState
+from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.memory.recent import Recent, RecentSet
 from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
@@ -27,9 +30,10 @@ from gateway.request_log import current_request_id
 from gateway.store.catalog import REFRESH_S, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import (
-    Archive,
     Joining,
+    Known,
     Loaded,
+    LogSlice,
     Predicted,
     RedisStore,
     TailMoved,
@@ -44,18 +48,36 @@ END_JOB = Job("end", 0, 0, 0)
 # Records that lost a race for the tail and were planned again; each race needs another
 # turn to land in between, so a few attempts are plenty.
 RECORD_ATTEMPTS = 5
-# A load brings this many messages per recall hit wanted (see redis_store.LOAD_SCRIPT).
-# On bench/recall.py's conversations (150 probes, half of them paraphrased) a second read
-# was needed for 2 probes at 320 messages and 17 at 2,000 (3 per hit: 3 and 19; the
-# newest postings of the rarest term instead, at 320 messages: 24).
-CANDIDATES_PER_HIT = 4
 # Users and sessions remembered for prefetching (a few MB at most).
 RECENT_ENTRIES = 10_000
+# A load reads at most this many messages appended since what the process holds of the
+# session; further behind, it reads the session again by pages of ARCHIVE_PAGE.
+MOST_DELTA = 512
+ARCHIVE_PAGE = 2_000
+# Messages parsed and indexed at once on the event loop; more go to a thread, so that a
+# long session read again does not hold up the other requests.
+INLINE_MESSAGES = 256
+# Messages embedded on the event loop when recorded (a turn's two): an import's batch is
+# embedded in a thread.
+INLINE_VECTORS = 4
 
 
 def _query(messages: Sequence[Message]) -> str:
     """What recall searches for: the newest user message of the request."""
     return next((m.text for m in reversed(messages) if m.role == "user"), "")
+
+
+def _context(prior: Sequence[Message]) -> list[str]:
+    """The turns a follow-up question may refer to: the last two messages before it."""
+    return [m.text for m in prior[-2:] if m.role in ("user", "assistant") and m.text]
+
+
+def _build(
+    archive: Archive, parts: Sequence[tuple[Sequence[Message], Sequence[bytes | None]]]
+) -> Archive:
+    for messages, raw_vectors in parts:
+        archive.extend(messages, raw_vectors)
+    return archive
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +122,24 @@ class MemoryService:
         store: RedisStore,
         counter: TokenCounter,
         config: MemoryConfig,
-        embedder: recall.Embedder | None = None,
+        embedder: rerank.Embedder | None = None,
+        *,
+        vectors: StaticEmbedder | None = None,
+        archives: ArchiveCache[SessionKeys] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.counter = counter
         self.config = config
         self.composition: Composition = config.composition
-        self.embedder = embedder
+        self.embedder = embedder  # the optional /v1/embeddings reranker
+        tier = self.composition.recall
+        # The in-process vectors recall fuses with words (None: words only).
+        self.vectors = vectors if tier is not None and tier.semantic else None
+        self.archives: ArchiveCache[SessionKeys] = archives or ArchiveCache(
+            config.archive_cache_mb * 2**20
+        )
+        self.clock = clock
         # Prefetch hints, never trusted as data: which sessions a user's history named at
         # their last request (their archives come with the next load), and which sessions
         # are past the young-session age (no cross-session recall, nothing to prefetch).
@@ -132,12 +165,15 @@ class MemoryService:
     async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
         """Load the session and plan the context (raises ``StoreUnavailable``).
 
-        One round trip, usually: the load brings the recall candidates of this session,
-        and of the user's earlier sessions this process saw named at their last request.
+        One round trip, usually: the load brings what was appended to the session since
+        this process last read it (recall searches the archive it holds in memory), and
+        the same of the user's earlier sessions this process saw named at their last
+        request.
         """
         keys = session_keys(identity)
         composition = self.composition
-        query = _query(messages) if composition.recall is not None else ""
+        tier = composition.recall
+        query = _query(messages) if tier is not None else ""
         user = self._user_keys(identity)
         young_tier = composition.cross_session
         maybe_young = young_tier is not None and keys not in self._grown
@@ -145,23 +181,37 @@ class MemoryService:
         # are read now, for the record to find the idle ones among them (see _joining).
         joined = (keys, identity.user_id)
         maybe_new = user is not None and young_tier is not None and joined not in self._joined
+        peers: tuple[SessionKeys, ...] = ()
+        if user is not None and query and maybe_young and tier is not None:
+            peers = self._peers.get(user, ())
+        held = self.archives.get(keys) if tier is not None else None
         loaded = await self.store.load_turn(
             keys,
             self.config.reconcile_tail,
-            query_terms=recall.terms(query),
+            known=Known(held.generation, held.count) if held is not None else None,
+            vectors=self.vectors is not None,
+            most=MOST_DELTA,
             user=user,
-            candidates=self._candidates(),
-            peers=self._peers.get(user, ()) if user is not None and query and maybe_young else (),
+            peers=[(peer, self._known(peer)) for peer in peers],
             user_sessions=maybe_new,
         )
         state = loaded.state
+        archive = None
+        if tier is not None:
+            archive = await self._archive(keys, loaded.log, held, tier)
+            state = replace(state, tail=archive.tail(self.config.reconcile_tail))
         if user is not None and state.user_id == identity.user_id:
             self._joined.add(joined)
         plan = self._plan(messages, state, model)
         young = young_tier is not None and state.message_count < young_tier.young_session_messages
         if young_tier is not None and not young:
             self._grown.add(keys)  # sessions only grow: no more prefetching for this one
-        recalled = await self._recall(keys, loaded, plan, query, user if young else None, model)
+        recalled: Iterable[Recalled] = ()
+        if tier is not None and archive is not None and query:
+            others = await self._elsewhere(keys, user, loaded, tier) if young else {}
+            recalled = await self._recall(
+                keys, archive, others, plan, state.tiers, query, tier, model
+            )
         context = assemble(
             plan,
             tiers=state.tiers,
@@ -172,18 +222,90 @@ class MemoryService:
             count=self.counter.for_model(model),
             recalled=recalled,
             profile=state.profile if young else None,
+            now=self.clock(),
         )
         siblings = loaded.user_sessions
         sent = tokens_sent(messages, plan)
         return Turn(keys, identity, state, plan, context, model, messages, siblings, sent)
 
-    def _candidates(self) -> int:
-        """Messages a load brings per session for recall to choose its hits from."""
-        tier = self.composition.recall
-        if tier is None:
-            return 0
-        wanted = tier.embeddings.candidates if tier.embeddings and self.embedder else tier.hits
-        return CANDIDATES_PER_HIT * wanted
+    def _known(self, keys: SessionKeys) -> Known | None:
+        held = self.archives.get(keys)
+        return Known(held.generation, held.count) if held is not None else None
+
+    async def _archive(
+        self, keys: SessionKeys, log: LogSlice, held: Archive | None, tier: RecallTier
+    ) -> Archive:
+        """The session's archive as of this load: what the process held, with what was
+        appended since (the usual case), or read again (see ``memory.archive``)."""
+        current = self.archives.get(keys)
+        if log.warm and current is not None and current is held:
+            if current.generation != log.generation:  # its end was replaced: drop that
+                current.truncate(log.start)
+                current.generation = log.generation
+            skip = current.count - log.start  # read here, but already held
+            if 0 <= skip <= len(log.messages):
+                current.extend(log.messages[skip:], log.vectors[skip:])
+                self.archives.resized(keys)
+                return current
+        if (
+            current is not None
+            and current.generation == log.generation
+            and current.count == log.count
+        ):
+            return current  # another request brought it up to date meanwhile
+        return await self._read_archive(keys, log, tier)
+
+    async def _read_archive(self, keys: SessionKeys, log: LogSlice, tier: RecallTier) -> Archive:
+        """The archive read again: the messages before the slice the load read, by pages,
+        then the slice; held from now on (not when the log changed while being read)."""
+        first = max(0, log.count - tier.archive_messages)
+        archive = Archive(log.generation, first + 1)
+        if not log.generation:  # no such session (yet, or any more: erased, expired)
+            self.archives.discard(keys)
+            return archive
+        parts: list[tuple[Sequence[Message], Sequence[bytes | None]]] = []
+        for start in range(first, log.start, ARCHIVE_PAGE):
+            stop = min(start + ARCHIVE_PAGE, log.start) - 1
+            generation, _, messages, raw = await self.store.archive_page(
+                keys, start, stop, vectors=self.vectors is not None
+            )
+            if generation != log.generation:
+                # Rewritten meanwhile: this request searches what it loaded, and the next
+                # one reads the session again.
+                alone = Archive(log.generation, log.start + 1)
+                return _build(alone, [await self._embedded(log.messages, log.vectors)])
+            parts.append(await self._embedded(messages, raw))
+        kept = max(0, first - log.start)  # a slice longer than the archive's limit
+        parts.append(await self._embedded(log.messages[kept:], log.vectors[kept:]))
+        if sum(len(m) for m, _ in parts) > INLINE_MESSAGES:
+            archive = await asyncio.to_thread(_build, archive, parts)
+        else:
+            _build(archive, parts)
+        self.archives.put(keys, archive)
+        return archive
+
+    async def _embedded(
+        self, messages: Sequence[Message], raw: Sequence[bytes | None]
+    ) -> tuple[Sequence[Message], Sequence[bytes | None]]:
+        """The messages with a vector each: those stored without one (recorded by a
+        version before vectors, or by a gateway without them) get one made here."""
+        if self.vectors is None or all(v is not None for v in raw):
+            return messages, raw
+        missing = [i for i, v in enumerate(raw) if v is None]
+        made = await self._encode([messages[i] for i in missing])
+        filled = list(raw)
+        for i, vector in zip(missing, made, strict=True):
+            filled[i] = vector or None
+        return messages, filled
+
+    async def _encode(self, messages: Sequence[Message]) -> list[bytes]:
+        """The messages' vectors in their stored form (b"" each without ``vectors``)."""
+        if self.vectors is None or not messages:
+            return [b""] * len(messages)
+        texts = [m.text for m in messages]
+        if len(texts) <= INLINE_VECTORS:
+            return self.vectors.encode(texts)
+        return await asyncio.to_thread(self.vectors.encode, texts)
 
     def _plan(self, messages: tuple[Message, ...], state: SessionState, model: str) -> Reconciled:
         plan = reconcile(messages, state)
@@ -210,116 +332,111 @@ class MemoryService:
     async def _recall(
         self,
         keys: SessionKeys,
-        loaded: Loaded,
+        archive: Archive,
+        others: dict[SessionKeys, Archive],
         plan: Reconciled,
+        tiers: Tiers,
         query: str,
-        user: UserKeys | None,
+        tier: RecallTier,
         model: str,
-    ) -> list[Recalled]:
-        """Archived messages matching the new user message, best first, outside the window.
-
-        The postings and the likely hits came with the load; a hit that did not costs one
-        more round trip. A young session of a known user also searches their last sessions.
-        """
-        tier = self.composition.recall
-        if tier is None or not query:
-            return []
-        state = loaded.state
-        shown = {
-            m.index for unit in window_units(plan, state.tiers, self.composition) for m in unit
-        }
+    ) -> Iterator[Recalled]:
+        """The archive's messages that best match the new user message, best first,
+        outside the window (and, for a young session, its user's earlier sessions')."""
+        shown = {m.index for unit in window_units(plan, tiers, self.composition) for m in unit}
         shown |= {m.index for m in plan.new if m.index}
-        embeddings = tier.embeddings if self.embedder is not None else None
-        hits = recall.rank(
+        sources = [recall.Source(archive, frozenset(shown))]
+        sessions: list[str | None] = [None]
+        for peer, peer_archive in others.items():
+            sources.append(recall.Source(peer_archive))
+            sessions.append(peer.session_id)
+        searched = [source.archive for source in sources]
+        built = recall.build_query(
             query,
-            state.postings,
-            documents=state.indexed_docs,
-            total_length=state.indexed_length,
-            exclude=frozenset(shown),
-            limit=embeddings.candidates if embeddings else tier.hits,
+            _context(plan.prior),
+            known=recall.vocabulary(searched),
+            embed=self.vectors.query if self.vectors is not None else None,
         )
-        hits = [hit for hit in hits if hit.score >= tier.min_score]
-        if embeddings is not None and len(hits) > 1:
-            hits = await self._rerank(keys, query, hits, embeddings, tier.hits)
-        # This session's matches first; the user's earlier sessions fill what is left.
-        best = [(keys, hit.index) for hit in hits[: tier.hits]]
-        archives = {keys: loaded.archive}
-        if user is not None and tier.across_sessions and state.history and len(best) < tier.hits:
-            others, elsewhere = await self._recall_elsewhere(keys, user, loaded, query, tier.hits)
-            strong = sorted((o for o in others if o[0] >= tier.min_score), key=lambda o: -o[0])
-            best += [(session, index) for _, session, index in strong][: tier.hits - len(best)]
-            archives |= elsewhere
-        tail = {m.index: m for m in state.tail}
-        found: dict[tuple[SessionKeys, int], Message] = {}
-        for session, index in best:
-            message = tail.get(index) if session == keys else None
-            message = message or (archives[session].message(index) if session in archives else None)
-            if message is not None:
-                found[(session, index)] = message
-        for session in dict.fromkeys(session for session, _ in best):
-            missing = [i for k, i in best if k == session and (k, i) not in found]
-            if missing:  # a hit the load's candidates missed
-                found |= {
-                    (session, m.index): m for m in await self.store.messages_at(session, missing)
-                }
-        return [
-            Recalled(
-                self._counted((found[hit],), model, {})[0],
-                None if hit[0] == keys else hit[0].session_id,
-            )
-            for hit in best
-            if hit in found
+        weights = recall.Weights(
+            semantic=tier.semantic_weight if self.vectors is not None else 0.0,
+            neighbour=tier.neighbour_weight,
+        )
+        # Enough hits to fill the budget with short lines (a line is ~25 tokens).
+        limit = max(64, self.config.budget_tokens // 12)
+        hits = [
+            hit
+            for hit in recall.rank(sources, built, limit=limit, weights=weights)
+            if hit.score >= tier.min_score
         ]
+        if tier.embeddings is not None and self.embedder is not None and len(hits) > 1:
+            hits = await self._rerank(keys, query, hits, tier.embeddings)
+        return self._resolved(hits, sources, sessions, model)
+
+    def _resolved(
+        self,
+        hits: Sequence[recall.Hit],
+        sources: Sequence[recall.Source],
+        sessions: Sequence[str | None],
+        model: str,
+    ) -> Iterator[Recalled]:
+        """The hits as messages, made as ``assemble`` reads them."""
+        for hit in hits:
+            source = sources[hit.source].archive
+            message = source.message(hit.index)
+            if message is None:
+                continue
+            lead_in = recall.lead_in(source, hit.index)
+            # Stored messages carry their count: only one stored without it is counted.
+            if not message.tokens:
+                (message,) = self._counted((message,), model, {})
+            if lead_in is not None and not lead_in.tokens:
+                (lead_in,) = self._counted((lead_in,), model, {})
+            yield Recalled(message, sessions[hit.source], hit.score, lead_in)
 
     async def _rerank(
-        self,
-        keys: SessionKeys,
-        query: str,
-        hits: list[recall.Hit],
-        config: EmbeddingsConfig,
-        limit: int,
+        self, keys: SessionKeys, query: str, hits: list[recall.Hit], config: EmbeddingsConfig
     ) -> list[recall.Hit]:
-        """Lexical candidates reordered by meaning; on any failure, the lexical order."""
+        """The best candidates reordered by the embeddings model; on any failure, as they
+        were."""
         assert self.embedder is not None
+        head, rest = hits[: config.candidates], hits[config.candidates :]
         try:
             async with asyncio.timeout(config.timeout_s):
                 (vector,) = await self.embedder.embed([query])
-        except (recall.EmbeddingsUnavailable, TimeoutError) as error:
-            log.warning("recall stays lexical: %s", error)
+        except (rerank.EmbeddingsUnavailable, TimeoutError) as error:
+            log.warning("recall not reranked: %s", error)
             return hits
-        stored = await self.store.vectors(keys, [hit.index for hit in hits])
-        vectors = {index: recall.unpack(raw) for index, raw in stored.items()}
-        return recall.rerank(hits, vector, vectors, weight=config.weight, limit=limit)
+        own = [hit.index for hit in head if hit.source == 0]
+        stored = await self.store.vectors(keys, own)
+        vectors = {index: rerank.unpack(raw) for index, raw in stored.items()}
+        return rerank.rerank(head, vector, vectors, weight=config.weight) + rest
 
-    async def _recall_elsewhere(
-        self, keys: SessionKeys, user: UserKeys, loaded: Loaded, query: str, limit: int
-    ) -> tuple[list[tuple[float, SessionKeys, int]], dict[SessionKeys, Archive]]:
-        """Matches in the user's ended sessions (their history, as loaded with this
-        request), and those sessions' archives. Only sessions the history names are
-        searched: a prefetched one it no longer names (erased) is ignored."""
+    async def _elsewhere(
+        self, keys: SessionKeys, user: UserKeys | None, loaded: Loaded, tier: RecallTier
+    ) -> dict[SessionKeys, Archive]:
+        """The archives of the user's ended sessions their history names (as loaded with
+        this request), for a young session to recall from. Those the load brought are
+        brought up to date; one it did not (the history changed since this process last
+        saw it) is read now. A prefetched one the history no longer names (erased) is
+        ignored."""
+        if user is None or not tier.across_sessions or not loaded.state.history:
+            return {}
         sessions = [
             SessionKeys(keys.tenant, entry["session_id"])
             for entry in loaded.state.history
             if entry.get("session_id") and entry["session_id"] != keys.session_id
         ]
         self._peers.put(user, tuple(sessions))
-        archives = {s: loaded.peers[s] for s in sessions if s in loaded.peers}
-        missing = [s for s in sessions if s not in archives]
-        if missing:  # the user's history changed since this process last saw it
-            terms = recall.terms(query)
-            fetched = await self.store.archives(missing, terms, self._candidates())
-            archives |= dict(zip(missing, fetched, strict=True))
-        found = []
-        for session, archive in archives.items():
-            for hit in recall.rank(
-                query,
-                archive.postings,
-                documents=archive.documents,
-                total_length=archive.total_length,
-                limit=limit,
-            ):
-                found.append((hit.score, session, hit.index))
-        return found, archives
+        found = {}
+        for session in sessions:
+            log = loaded.peers.get(session)
+            if log is None:  # not prefetched: its length and generation first
+                generation, count, _, _ = await self.store.archive_page(
+                    session, 0, -1, vectors=False
+                )
+                log = LogSlice(generation, count, count, False, (), ())
+            held = self.archives.get(session)
+            found[session] = await self._archive(session, log, held, tier)
+        return found
 
     async def record(self, turn: Turn, answer: Message, *, now: float) -> None:
         """Append this turn's new messages and the answer atomically, with their jobs.
@@ -380,9 +497,12 @@ class MemoryService:
         ``siblings``, the user's sessions when the load read them, lets a session new to
         its user find their idle sessions in that round trip too.
 
+        Messages keep the time they carry (an import's); the others are stamped ``now``.
+
         Returns what is known of the session afterwards (its count, turns, user and tail).
         """
-        stamped = tuple(m.but(ts=now) for m in messages)
+        stamped = tuple(m if m.ts > 0 else m.but(ts=now) for m in messages)
+        vectors = await self._encode(stamped) if self.vectors is not None else []
         before = (
             stored.message_count if truncate_to is None else min(stored.message_count, truncate_to)
         )
@@ -395,8 +515,7 @@ class MemoryService:
             user_id=user_id,
             truncate_to=truncate_to,
             expected_count=expected_count,
-            # Only a composition that recalls pays for the index (Redis memory, CPU).
-            index=self.composition.recall is not None,
+            vectors=vectors,
             predicted=expected,
             joining=self._joining(keys, user, stored, siblings, now),
             receipt=receipt,
@@ -420,6 +539,7 @@ class MemoryService:
             else:
                 await self._end_idle_sessions(user, keys, now)
         appended = tuple(m.but(index=recorded.first + i) for i, m in enumerate(stamped))
+        self._held_grows(keys, recorded.generation, appended, vectors)
         history = tuple(m for m in stored.tail if m.index < recorded.first) + appended
         return replace(
             stored,
@@ -428,6 +548,23 @@ class MemoryService:
             user_id=user_id or stored.user_id,
             tail=history[-self.config.reconcile_tail :],
         )
+
+    def _held_grows(
+        self,
+        keys: SessionKeys,
+        generation: str,
+        appended: tuple[Message, ...],
+        vectors: Sequence[bytes],
+    ) -> None:
+        """What the process holds of the session takes the messages just recorded, when
+        they follow it directly (so the next load reads nothing more); otherwise the next
+        load brings whatever it misses."""
+        held = self.archives.get(keys)
+        if held is None or not appended:
+            return
+        if held.generation == generation and held.count == appended[0].index - 1:
+            held.extend(appended, vectors or [None] * len(appended))
+            self.archives.resized(keys)
 
     def _writes(
         self,

@@ -43,6 +43,10 @@ def cap(text: str) -> str:
 CONTINUATION = "    "
 
 
+# Every character ``str.splitlines`` breaks a line at.
+_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 def inside(text: str, indent: str = CONTINUATION) -> str:
     """``text`` with every line after the first indented: it cannot start a line of its own.
 
@@ -52,6 +56,8 @@ def inside(text: str, indent: str = CONTINUATION) -> str:
     inside that user's message, not read as a message or an instruction of its own. Every
     line break counts (``\r``, ``\u2028``, …): a model may read any of them as one.
     """
+    if not _BREAKS.search(text):
+        return text  # one line: nothing to indent (most messages)
     first, *rest = text.splitlines() or [""]
     return "\n".join([first, *(indent + line if line.strip() else "" for line in rest)])
 

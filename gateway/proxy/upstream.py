@@ -40,7 +40,7 @@ from yarl import URL
 
 from gateway.config import UpstreamConfig
 from gateway.errors import InvalidRequest, UpstreamTimeout, UpstreamUnreachable
-from gateway.memory.recall import EmbeddingsUnavailable
+from gateway.memory.rerank import EmbeddingsUnavailable
 from gateway.memory.summarizer import SummarizerUnavailable
 
 # aiohttp adds these unless told not to; a transparent proxy sends the client's only.

@@ -7,9 +7,19 @@ get the same 404.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -36,9 +46,33 @@ MAX_INDEX = 2**53
 TOOL_CHECK_TAIL = 16
 
 
+# Times a message may carry: from 1970 to 2100 (a typo'd year is refused, not stored).
+_EARLIEST, _LATEST = 0.0, 4_102_444_800.0
+
+
 class _ImportMessage(MessageShape):
     # The conversation only: a system prompt is the client's, never stored.
     role: Literal["user", "assistant", "tool"]
+    # When it was said: Unix seconds, or an ISO 8601 date and time (UTC unless it says
+    # otherwise). Without it, the time of the import.
+    timestamp: StrictFloat | StrictInt | StrictStr | None = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _check_timestamp(cls, value: float | str | None) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                when = datetime.datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError("must be Unix seconds or an ISO 8601 date and time") from None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.UTC)
+            value = when.timestamp()
+        if not _EARLIEST < value < _LATEST:
+            raise ValueError("must be a time between 1970 and 2100")
+        return float(value)
 
 
 class _ImportBody(BaseModel):
@@ -130,8 +164,11 @@ class MemoryAPI:
 
     async def import_messages(self, request: Request) -> Response:
         keys = await self._keys(request)
-        _, data = _parse(_ImportBody, await read_body(request, self.max_body_bytes))
-        messages = tuple(Message.from_openai(m) for m in data["messages"])
+        body, data = _parse(_ImportBody, await read_body(request, self.max_body_bytes))
+        messages = tuple(
+            Message.from_openai(raw).but(ts=shape.timestamp or 0.0)
+            for raw, shape in zip(data["messages"], body.messages, strict=True)
+        )
         user_id = header_id(request.headers, "X-User-Id")
         # Tool results must answer a call, in the import or at the end of the stored log:
         # an orphan stored now would be forwarded, and refused upstream, on every turn.

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the store calls write_turn: a runtime import would be circu
 # A search reads each shard's ids with ZSCAN MATCH; it stops once this many matched.
 SEARCH_MATCHES = 1000
 # The keys whose MEMORY USAGE adds up to a session's size.
-_SIZED = ("meta", "log", "tiers", "pins", "jobs", "index", "vectors", "receipts")
+_SIZED = ("meta", "log", "vec", "tiers", "pins", "jobs", "index", "vectors", "receipts")
 
 
 # A session's entries in the indexes are refreshed by its turns at most this often: the

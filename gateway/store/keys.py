@@ -6,16 +6,21 @@ Cluster slot. A user's index of sessions lives in the user's own slot. The ids e
 keys only as hashes: they may hold any printable character, braces included, which
 would otherwise break the tag; the ids themselves are kept in the meta hash.
 
-    mg:{t.s}:meta     HASH    sid, user_id, created, updated, turns, ended
+    mg:{t.s}:meta     HASH    sid, user_id, created, updated, turns, ended; gen (the log's
+                              generation: new when its end is replaced), prev and kept
+                              (the generation before, and how many messages it kept)
     mg:{t.s}:log      LIST    every message as JSON; position + 1 is its index
+    mg:{t.s}:vec      LIST    each message's recall vector (128 signed bytes, "" for none),
+                              aligned with the log's end: the last entry is the last message's
     mg:{t.s}:tiers    STRING  summaries, evolving summary, key Q/A, facts (JSON, versioned)
     mg:{t.s}:pins     HASH    pin id -> pin JSON
     mg:{t.s}:jobs     HASH    job id -> job JSON, while the job is pending
     mg:{t.s}:lease    STRING  the runner working on the session's jobs (expires)
-    mg:{t.s}:index    HASH    term -> "<df>|<index>:<tf>:<length>,…" (recall's postings)
+    mg:{t.s}:index    HASH    (no longer written: an older version's recall postings,
+                              erased with the session)
     mg:{t.s}:vectors  HASH    message index -> float32 embedding (optional reranking)
-    mg:{t.s}:receipts ZSET    the last recorded turns' receipts (JSON) by time: what was
-                              forwarded, per tier, and under which request id
+    mg:{t.s}:receipts LIST    the last recorded turns' receipts (JSON), newest first: what
+                              was forwarded, per tier, and under which request id
     mg:{t.i<n>}:sessions ZSET shard n of a tenant's sessions: session id -> last activity
                               (the inspector's and ``GET /memory/sessions``' list)
     mg:tenants:{t<n>} ZSET    shard n of the tenants: tenant id -> last activity
@@ -85,6 +90,10 @@ class SessionKeys:
         return f"{PREFIX}:{self.tag}:lease"
 
     @property
+    def vec(self) -> str:
+        return f"{PREFIX}:{self.tag}:vec"
+
+    @property
     def index(self) -> str:
         return f"{PREFIX}:{self.tag}:index"
 
@@ -108,8 +117,8 @@ class SessionKeys:
 
     def all(self) -> tuple[str, ...]:
         return (
-            self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.index,
-            self.vectors, self.receipts,
+            self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.vec,
+            self.vectors, self.receipts, self.index,
         )  # fmt: skip
 
 

@@ -28,7 +28,6 @@ from redis.maint_notifications import MaintNotificationsConfig
 from gateway import codec, metrics
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
-from gateway.memory.recall import index_entries, indexed_length
 from gateway.store import catalog
 from gateway.store.cluster import ClusterConnections
 from gateway.store.connections import Connections
@@ -70,6 +69,7 @@ class Recorded:
     new_user: bool  # the session's user id was set or changed by this append
     predicted: bool = False  # the append landed where predicted: its writes were made
     idle: tuple[str, ...] = ()  # of the ``Joining.siblings``: those idle and not ended
+    generation: str = ""  # the log's generation after the append (see memory.archive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,29 +84,36 @@ class Joining:
 
 
 @dataclass(frozen=True, slots=True)
-class Archive:
-    """What recall needs of one session's archive for one query."""
+class Known:
+    """What a process holds of a session's log: its first ``count`` messages, under
+    ``generation`` (see ``memory.archive``)."""
 
-    postings: dict[str, str | None]  # the query's terms (None: never said)
-    documents: int  # messages indexed
-    total_length: int  # their indexed terms
-    # What the rarest of those terms point to (see LOAD_SCRIPT), as stored: only the few
-    # that recall picks are parsed.
-    raw: dict[int, bytes]
+    generation: str
+    count: int
 
-    def message(self, index: int) -> Message | None:
-        raw = self.raw.get(index)
-        return Message.from_json(raw, index) if raw is not None else None
+
+@dataclass(frozen=True, slots=True)
+class LogSlice:
+    """Messages of a log from position ``start`` (0-based) to its end, with their stored
+    vectors (None where there is none). ``warm``: ``start`` is where what the caller
+    holds ends, under ``generation`` (it drops anything it holds past ``start``)."""
+
+    generation: str
+    count: int  # messages in the log
+    start: int
+    warm: bool
+    messages: tuple[Message, ...]
+    vectors: tuple[bytes | None, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
-    """A session as one request loads it, with its recall candidates and those of the
-    user's other sessions asked for (``peers``)."""
+    """A session as one request loads it: its state, the slice of its log read with it,
+    and the same of each of the user's other sessions asked for (``peers``)."""
 
     state: SessionState
-    archive: Archive
-    peers: dict[SessionKeys, Archive]
+    log: LogSlice
+    peers: dict[SessionKeys, LogSlice]
     user_sessions: tuple[str, ...] | None = None  # when asked for: the user's session ids
 
 
@@ -131,11 +138,12 @@ class JobNotice:
     shard: int = 0  # the job-stream shard it was read from
 
 
-# KEYS: meta, log, tiers, pins, jobs, lease, index.  ARGV: ttl_s, now, session_id,
-# user_id ("" = keep), truncate_to (-1 = none), expected_count (-1 = any), user messages
-# appended, M = messages appended, indexed length, predicted first index (-1 = none),
-# predicted turns before, J = predicted jobs, P = predicted pins, M message JSONs, J (job
-# id, job JSON) pairs, P (pin id, pin JSON) pairs, then (term, postings) pairs.
+# KEYS: meta, log, tiers, pins, jobs, lease, vec, ... (the session's keys, all of which
+# get the retention TTL).  ARGV: ttl_s, now, session_id, user_id ("" = keep), truncate_to
+# (-1 = none), expected_count (-1 = any), user messages appended, M = messages appended,
+# predicted first index (-1 = none), predicted turns before, J = predicted jobs, P =
+# predicted pins, a new generation token, M message JSONs, M vectors ("" = none), J (job
+# id, job JSON) pairs, P (pin id, pin JSON) pairs.
 # Appends after an optional truncation (a regenerate replacing the stored answer)
 # in one step, so concurrent turns never interleave and a reader never sees half a turn.
 # A plan made against a given log length (an import, a retry, a regenerate) writes
@@ -144,36 +152,46 @@ class JobNotice:
 # The predicted jobs and pins are written only when the append lands where the caller
 # predicted (the usual case: no concurrent turn on the session); otherwise the reply
 # says so and the caller computes them again from the real indexes.
-# Postings arrive with offsets ("+2:1:9,") that only this script can make absolute. A
-# term's value is "<df>|<postings>": the true document frequency, and its newest postings
-# up to POSTINGS_CAP bytes. Only common words reach the cap, and a common word weighs
-# almost nothing in BM25; keeping it bounded keeps a request's reads flat as the archive
-# grows, while rare words (names, numbers: what recall is for) keep every posting.
-POSTINGS_CAP = 4096
+# The vectors list is aligned with the log's end (a log recorded before vectors existed
+# has fewer); a truncation takes the same number off both. It gives the log a new
+# generation (``memory.archive``), remembering the one before and how many messages
+# it kept, so a process holding the old one drops only what was replaced.
 RECORD_SCRIPT = """
 local n = redis.call('LLEN', KEYS[2])
 local expected = tonumber(ARGV[6])
 if expected >= 0 and n ~= expected then
-  return {-1, n, 0, 0, 0}
+  return {-1, n, 0, 0, 0, ''}
 end
+local gen = redis.call('HGET', KEYS[1], 'gen')
 local truncate_to = tonumber(ARGV[5])
-if truncate_to >= 0 then
+if truncate_to >= 0 and n > truncate_to then
+  local vectors = redis.call('LLEN', KEYS[7])
   while n > truncate_to do
     redis.call('RPOP', KEYS[2])
     n = n - 1
+    if vectors > 0 then
+      redis.call('RPOP', KEYS[7])
+      vectors = vectors - 1
+    end
   end
+  redis.call('HSET', KEYS[1], 'prev', gen or '', 'kept', n, 'gen', ARGV[13])
+  gen = ARGV[13]
+elseif not gen then
+  redis.call('HSET', KEYS[1], 'gen', ARGV[13])
+  gen = ARGV[13]
 end
 local first = n + 1
-local m, jobs, pins = tonumber(ARGV[8]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local m, jobs, pins = tonumber(ARGV[8]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local predicted = 0
-if first == tonumber(ARGV[10])
-    and tonumber(redis.call('HGET', KEYS[1], 'turns') or 0) == tonumber(ARGV[11]) then
+if first == tonumber(ARGV[9])
+    and tonumber(redis.call('HGET', KEYS[1], 'turns') or 0) == tonumber(ARGV[10]) then
   predicted = 1
 end
 if m > 0 then
   n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 14, 13 + m))
+  redis.call('RPUSH', KEYS[7], unpack(ARGV, 14 + m, 13 + 2 * m))
 end
-local at = 14 + m
+local at = 14 + 2 * m
 if predicted == 1 then
   for i = at, at + 2 * jobs - 1, 2 do
     redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
@@ -181,26 +199,6 @@ if predicted == 1 then
   for i = at + 2 * jobs, at + 2 * (jobs + pins) - 1, 2 do
     redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
   end
-end
-for i = at + 2 * (jobs + pins), #ARGV, 2 do
-  local added = 0
-  local entry = string.gsub(ARGV[i + 1], '%+(%d+):', function(offset)
-    added = added + 1
-    return tostring(first + tonumber(offset)) .. ':'
-  end)
-  local df, postings = 0, ''
-  local old = redis.call('HGET', KEYS[7], ARGV[i])
-  if old then  -- "<df>|<postings>", split without a pattern (a common word's is 4 KiB)
-    local bar = string.find(old, '|', 1, true)
-    df, postings = tonumber(string.sub(old, 1, bar - 1)), string.sub(old, bar + 1)
-  end
-  postings = postings .. entry
-  local cap = POSTINGS_CAP
-  if #postings > cap then
-    postings = string.sub(postings, #postings - cap + 1)
-    postings = string.sub(postings, string.find(postings, ',', 1, true) + 1)
-  end
-  redis.call('HSET', KEYS[7], ARGV[i], tostring(df + added) .. '|' .. postings)
 end
 local new_user = 0
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'user_id') ~= ARGV[4] then
@@ -211,194 +209,84 @@ redis.call('HSET', KEYS[1], 'sid', ARGV[3], 'updated', ARGV[2])
 redis.call('HSETNX', KEYS[1], 'created', ARGV[2])
 redis.call('HDEL', KEYS[1], 'ended')
 local turns = redis.call('HINCRBY', KEYS[1], 'turns', tonumber(ARGV[7]))
-redis.call('HINCRBY', KEYS[1], 'indexed_docs', m)
-redis.call('HINCRBY', KEYS[1], 'indexed_length', tonumber(ARGV[9]))
 local ttl = tonumber(ARGV[1])
 for i = 1, #KEYS do
   redis.call('EXPIRE', KEYS[i], ttl)
 end
-return {first, n, turns, new_user, predicted}
-""".replace("POSTINGS_CAP", str(POSTINGS_CAP))
+return {first, n, turns, new_user, predicted, gen}
+"""
 
-# KEYS: meta, log, tiers, pins, jobs, index.  ARGV: tail (0: recall only), candidates, their
-# bytes at most (CANDIDATE_BYTES: a huge message is read only if it is a hit), the query's
-# terms. A session as one request needs it, read atomically: its meta, length,
-# newest ``tail`` messages, tiers, pins, pending jobs, the postings of the query's terms,
-# and the messages those postings point to outside the tail, so recall's hits seldom need
-# a second read. Which ones is a prefetch, not the ranking (that stays in Python, which
-# reads any hit missed here). Postings are read rarest term first (BM25's heaviest), the
-# newest CANDIDATES_SCANNED bytes in all, and only those are returned: recall ranks the
-# postings scanned, so a request's work, in Redis and in the gateway, and its reply stay
-# bounded however long the archive (a term past the budget comes back as "<df>|"). The
-# messages they name go first when they hold more query terms, then a rarer one, then
-# densely (tf / length), then newest: ``candidates`` at most.
-# With tail 0 it serves recall over another session of the same user.
-CANDIDATE_BYTES = 64 * 1024
-# Scanning 4 KiB costs Redis ~0.1-0.2 ms on a 10,000-message session; 8 KiB finds a few
-# more hits (bench/recall.py at 2,000 messages: 13 of 150 probes need a second read, not
-# 17) for ~0.05 ms more.
-CANDIDATES_SCANNED = 4096
-LOAD_SCRIPT = """
-local tail, cap, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+# What returns a slice of the log with its vectors, aligned (a Lua fragment shared by the
+# two scripts below): ``start`` is a 0-based position; the slice runs to ``stop``.
+_SLICE = """
+local function slice(log, vec, n, start, stop, with_vectors)
+  local messages, vectors, offset = {}, {}, 0
+  if start <= stop then
+    messages = redis.call('LRANGE', log, start, stop)
+    if with_vectors then
+      -- The vectors list covers the log's last LLEN entries: the position of its first.
+      local first = n - redis.call('LLEN', vec)
+      offset = start - first  -- negative: that many messages have no vector
+      if stop >= first then
+        vectors = redis.call('LRANGE', vec, math.max(offset, 0), stop - first)
+      end
+    end
+  end
+  return messages, offset, vectors
+end
+"""
+
+# KEYS: meta, log, tiers, pins, jobs, vec.  ARGV: tail, the generation the caller holds
+# ("" = none), how many messages it holds, most (the longest delta read), vectors (1/0).
+# A session as one request needs it, read atomically: its meta and length, its tiers,
+# pins and pending jobs (when tail > 0), and messages from ``start`` on with their
+# vectors. Where the caller holds the log under this generation (or under the one before,
+# up to what that kept), ``start`` is where what it holds ends and ``warm`` is 1: usually
+# the previous turn's messages, or none. Otherwise ``start`` leaves the newest ``tail``
+# (the caller reads older ones by pages if it needs them: ARCHIVE_PAGE_SCRIPT).
+LOAD_SCRIPT = (
+    _SLICE
+    + """
+local tail, held, most = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local meta = redis.call('HGETALL', KEYS[1])
 local n = redis.call('LLEN', KEYS[2])
-local messages, tiers, pins, pending = {}, false, {}, 0
+local gen = redis.call('HGET', KEYS[1], 'gen')
+local start, warm = math.max(n - tail, 0), 0
+if ARGV[2] ~= '' and gen then
+  if gen == ARGV[2] then
+    if held <= n and n - held <= most then
+      start, warm = held, 1
+    end
+  elseif redis.call('HGET', KEYS[1], 'prev') == ARGV[2] then
+    local kept = tonumber(redis.call('HGET', KEYS[1], 'kept'))
+    if kept <= held and n - kept <= most then
+      start, warm = kept, 1
+    end
+  end
+end
+local messages, offset, vectors = slice(KEYS[2], KEYS[6], n, start, n - 1, ARGV[5] == '1')
+local tiers, pins, pending = false, {}, 0
 if tail > 0 then
-  messages = redis.call('LRANGE', KEYS[2], -tail, -1)
   tiers = redis.call('GET', KEYS[3])
   pins = redis.call('HVALS', KEYS[4])
   pending = redis.call('HLEN', KEYS[5])
 end
-local postings = {}
-for from = 4, #ARGV, 1000 do  -- in batches: unpack() has a stack limit
-  local batch = redis.call('HMGET', KEYS[6], unpack(ARGV, from, math.min(from + 999, #ARGV)))
-  for _, value in ipairs(batch) do
-    table.insert(postings, value)
-  end
-end
-local order = {}
-for i, value in ipairs(postings) do
-  if value then
-    table.insert(order, {tonumber(string.match(value, '^(%d+)|')), i})
-  end
-end
-table.sort(order, function(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  return a[2] < b[2]
-end)
-local loaded_from = n - #messages + 1
-local found, bytes = {}, 0
-local tonumber, floor = tonumber, math.floor
--- Every message the scanned postings name outside the tail, with its place in the
--- prefetch order as one number, so that keeping the best ``cap`` compares numbers: more
--- query terms held (1e14 each), then a rarer one (its term's rank in ``order``), then
--- denser there (tf / length), then newer.
-local key, named, named_as, density = {}, {}, {}, {}
--- A posting's density, floor(tf / length * 9999) * 1e6, remembered by its "tf:len" text:
--- there are few distinct pairs, and converting them (strtod) was a third of the scan.
-local function dense_of(tf_len)
-  local tf, len = string.match(tf_len, '(%d+):(%d+)')
-  len = tonumber(len)
-  local dense = floor(tonumber(tf) / (len > 1 and len or 1) * 9999) * 1e6
-  density[tf_len] = dense
-  return dense
-end
-local scan = SCANNED  -- bytes of postings read, rarest terms first
-for rank, term in ipairs(order) do
-  local value = postings[term[2]]
-  local bar = string.find(value, '|', 1, true)
-  local df, entries = string.sub(value, 1, bar - 1), string.sub(value, bar + 1)
-  if #entries > scan then  -- the newest postings only: a request's work stays bounded
-    entries = string.sub(entries, #entries - scan + 1)
-    entries = string.sub(entries, (string.find(entries, ',', 1, true) or #entries) + 1)
-  end
-  scan = scan - #entries
-  -- What is returned is what was scanned: recall ranks exactly these postings.
-  postings[term[2]] = df .. '|' .. entries
-  if cap > 0 and rank == #order and #named >= cap then
-    -- The commonest term, most of a long session's scan: a message it names first
-    -- cannot make the best ``cap``, since every message a rarer term named outranks it
-    -- (it holds as many terms, one, with a rarer one: a rank step, 1e10, is more than
-    -- any density and index add). Only those already named move up if they hold it, so
-    -- its entries are matched and looked up by their text, not converted and keyed.
-    for index in string.gmatch(entries, '(%d+):%d+:%d+,') do
-      local known = named_as[index]
-      if known then
-        key[known] = key[known] + 1e14
-      end
-    end
-  elseif cap > 0 and rank == #order and #entries > 1024 then
-    -- The commonest term, with fewer than ``cap`` messages named: those it names first
-    -- hold one term, so they rank by density, then newest. So only the densest pairs'
-    -- entries are keyed, newest first, until ``cap`` are (a pair's entries found with a
-    -- plain search, in C); the named messages holding it move up. (Below 1 KiB of
-    -- entries, the loop below is cheaper.)
-    for text, index in pairs(named_as) do
-      if string.sub(entries, 1, #text + 1) == text .. ':'
-          or string.find(entries, ',' .. text .. ':', 1, true) then
-        key[index] = key[index] + 1e14
-      end
-    end
-    local left = {}  -- this term's pairs not yet taken, and their density
-    for tf_len in string.gmatch(entries, '%d+:(%d+:%d+),') do
-      if not left[tf_len] then
-        left[tf_len] = density[tf_len] or dense_of(tf_len)
-      end
-    end
-    local rarer, taken, last_dense = 1e14 - rank * 1e10, 0, nil
-    while true do
-      local tf_len, dense = nil, -1  -- the densest pair left (a few rounds, not a sort)
-      for pair, value in pairs(left) do
-        if value > dense then tf_len, dense = pair, value end
-      end
-      if not tf_len or (taken >= cap and dense < last_dense) then break end
-      left[tf_len] = nil
-      local found, at, needle = {}, 1, ':' .. tf_len .. ','
-      while true do  -- the pair's entries, oldest first
-        local s = string.find(entries, needle, at, true)
-        if not s then break end
-        found[#found + 1] = s
-        at = s + 1
-      end
-      local kept = 0
-      for g = #found, 1, -1 do  -- newest first
-        if kept >= cap then break end
-        local s = found[g]
-        local before = string.sub(entries, s > 16 and s - 16 or 1, s - 1)
-        local index = tonumber(string.match(before, '(%d+)$'))  -- the entry's index
-        if index < loaded_from and not key[index] then
-          key[index] = rarer + dense + (index < 999999 and index or 999999)
-          named[#named + 1] = index
-          kept = kept + 1
-        end
-      end
-      taken, last_dense = taken + kept, dense
-    end
-  elseif cap > 0 then
-    -- Most of the script's work, so one table per message and locals only. (Density
-    -- matters: without it, 16 of 69 probes of bench/conversations.py at 2,000 messages
-    -- missed a hit, not 6.)
-    local rarer = 1e14 - rank * 1e10
-    for text, tf_len in string.gmatch(entries, '(%d+):(%d+:%d+),') do
-      local index = tonumber(text)
-      if index < loaded_from then
-        local seen = key[index]
-        if seen then
-          key[index] = seen + 1e14
-        else
-          local dense = density[tf_len] or dense_of(tf_len)
-          key[index] = rarer + dense + (index < 999999 and index or 999999)
-          named[#named + 1] = index
-          named_as[text] = index
-        end
-      end
-    end
-  end
-end
-local best, keys = {}, {}
-for _, index in ipairs(named) do
-  local k = key[index]
-  local n = #best
-  if n < cap or k > keys[n] then
-    local at = n + 1
-    while at > 1 and k > keys[at - 1] do
-      best[at], keys[at] = best[at - 1], keys[at - 1]
-      at = at - 1
-    end
-    best[at], keys[at] = index, k
-    if n == cap then best[cap + 1], keys[cap + 1] = nil, nil end
-  end
-end
-for _, index in ipairs(best) do
-  local message = redis.call('LINDEX', KEYS[2], index - 1)
-  if message and bytes + #message <= budget then
-    bytes = bytes + #message
-    table.insert(found, index)
-    table.insert(found, message)
-  end
-end
-return {meta, n, messages, tiers, pins, pending, postings, found}
-""".replace("SCANNED", str(CANDIDATES_SCANNED))
+return {meta, n, start, warm, messages, offset, vectors, tiers, pins, pending}
+"""
+)
+
+# KEYS: meta, log, vec.  ARGV: start, stop (0-based, inclusive), vectors (1/0). Older
+# messages of a log, with the generation they belong to (a process filling its archive
+# checks it did not change between pages).
+ARCHIVE_PAGE_SCRIPT = (
+    _SLICE
+    + """
+local n = redis.call('LLEN', KEYS[2])
+local start, stop = tonumber(ARGV[1]), math.min(tonumber(ARGV[2]), n - 1)
+local messages, offset, vectors = slice(KEYS[2], KEYS[3], n, start, stop, ARGV[3] == '1')
+return {redis.call('HGET', KEYS[1], 'gen') or '', n, messages, offset, vectors}
+"""
+)
 
 # KEYS: meta, tiers, jobs.  ARGV: expected version, tiers JSON, job id, ttl_s.
 # Writes a job's result only if nobody wrote since the job read the tiers (versions never
@@ -499,20 +387,24 @@ def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def _archive(
-    reply: Sequence[Any], terms: Sequence[str], fields: dict[bytes, bytes] | None = None
-) -> Archive:
-    """The recall part of a LOAD_SCRIPT reply (``fields``: its meta, if already read)."""
-    fields = _fields(reply[0]) if fields is None else fields
-    found, raw = reply[6], reply[7]
-    postings = {t: v.decode() if v else None for t, v in zip(terms, found, strict=True)}
-    messages = {int(index): message for index, message in zip(raw[::2], raw[1::2], strict=True)}
-    return Archive(
-        postings,
-        int(fields.get(b"indexed_docs") or 0),
-        int(fields.get(b"indexed_length") or 0),
-        messages,
-    )
+def _slice(
+    messages: Sequence[bytes], offset: int, vectors: Sequence[bytes], start: int
+) -> tuple[tuple[Message, ...], tuple[bytes | None, ...]]:
+    """A script's slice of the log (``_SLICE``): the messages from position ``start``,
+    and their vectors aligned with them."""
+    parsed = tuple(Message.from_json(raw, start + 1 + i) for i, raw in enumerate(messages))
+    aligned: list[bytes | None] = [None] * max(0, -offset)
+    aligned += [bytes(v) if v else None for v in vectors]
+    aligned += [None] * (len(parsed) - len(aligned))
+    return parsed, tuple(aligned[: len(parsed)])
+
+
+def _log_slice(reply: Sequence[Any], fields: dict[bytes, bytes]) -> LogSlice:
+    """The log part of a LOAD_SCRIPT reply."""
+    _, count, start, warm, raw, offset, raw_vectors, *_ = reply
+    messages, vectors = _slice(raw, int(offset), raw_vectors, int(start))
+    generation = fields.get(b"gen", b"").decode()
+    return LogSlice(generation, int(count), int(start), bool(warm), messages, vectors)
 
 
 def _ask_idle(pipe: Any, user: UserKeys, sessions: Sequence[str]) -> None:
@@ -560,8 +452,10 @@ class RedisStore:
         self._end = client.register_script(END_SCRIPT)
         self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
         self._load = client.register_script(LOAD_SCRIPT)
+        self._archive_page = client.register_script(ARCHIVE_PAGE_SCRIPT)
         self._tiers = TiersCache()
-        self._scripts = [self._record, self._load]  # those called by sha in pipelines
+        # Those called by sha in pipelines.
+        self._scripts = [self._record, self._load, self._archive_page]
         self._connections: Connections | ClusterConnections = (
             ClusterConnections(client)
             if isinstance(client, RedisCluster)
@@ -650,16 +544,9 @@ class RedisStore:
 
     # --- the request path ---
 
-    async def load(
-        self,
-        keys: SessionKeys,
-        tail: int,
-        *,
-        query_terms: Sequence[str] = (),
-        user: UserKeys | None = None,
-    ) -> SessionState:
-        """Everything a request needs of a session (see ``load_turn``), in one round trip."""
-        loaded = await self.load_turn(keys, tail, query_terms=query_terms, user=user)
+    async def load(self, keys: SessionKeys, tail: int) -> SessionState:
+        """The session's state with its newest ``tail`` messages, in one round trip."""
+        loaded = await self.load_turn(keys, tail)
         return loaded.state
 
     async def load_turn(
@@ -667,40 +554,42 @@ class RedisStore:
         keys: SessionKeys,
         tail: int,
         *,
-        query_terms: Sequence[str] = (),
+        known: Known | None = None,
+        vectors: bool = False,
+        most: int = 0,
         user: UserKeys | None = None,
-        candidates: int = 0,
-        peers: Sequence[SessionKeys] = (),
+        peers: Sequence[tuple[SessionKeys, Known | None]] = (),
         user_sessions: bool = False,
     ) -> Loaded:
-        """Everything one request needs, in one round trip: the session's meta, newest
-        messages, tiers, pins, pending jobs, the postings of the query's terms and up to
-        ``candidates`` messages they point to; with a user, their cross-session profile
-        and history (and ``user_sessions``, their session ids); and the same recall data
-        of each of ``peers``."""
-        terms = list(dict.fromkeys(query_terms))
+        """Everything one request needs, in one round trip: the session's meta, tiers,
+        pins and pending jobs, and its log's messages after what the caller holds
+        (``known``, up to ``most`` of them; else its newest ``tail``), with their vectors
+        if asked; with a user, their cross-session profile and history (and
+        ``user_sessions``, their session ids); and the same slice of each of ``peers``.
+
+        The returned state's ``tail`` holds the messages read: the caller that holds
+        more puts its own tail there."""
 
         def build(pipe: Any) -> None:
-            self._call_load(pipe, keys, tail, candidates, terms)
+            self._call_load(pipe, keys, tail, known, vectors, most)
             if user is not None:
                 pipe.get(user.profile)
                 pipe.lrange(user.history, 0, -1)
                 if user_sessions:
                     pipe.smembers(user.sessions)
-            for peer in peers:
-                self._call_load(pipe, peer, 0, candidates, terms)
+            for peer, held in peers:
+                self._call_load(pipe, peer, 0, held, vectors, most)
 
         own, *rest = await self._scripted_pipeline(build)
-        meta, count, raw, tiers, pins, pending, _, _ = own
+        meta, count, *_, tiers, pins, pending = own
         fields = _fields(meta)
-        archive = _archive(own, terms, fields)
+        log = _log_slice(own, fields)
         profile, history = (rest.pop(0), rest.pop(0)) if user is not None else (None, [])
         siblings = rest.pop(0) if user is not None and user_sessions else None
-        first = count - len(raw) + 1
         user_id = fields.get(b"user_id")
         state = SessionState(
             message_count=int(count),
-            tail=tuple(Message.from_json(item, first + i) for i, item in enumerate(raw)),
+            tail=log.messages[-tail:] if tail > 0 else (),
             user_id=user_id.decode() if user_id else None,
             tiers=self._tiers.parse(keys, tiers),
             pins=tuple(Pin.from_data(codec.loads(p)) for p in pins),
@@ -709,38 +598,44 @@ class RedisStore:
             turns=int(fields.get(b"turns") or 0),
             exists=bool(meta),
             updated=float(fields.get(b"updated") or 0),
-            postings=archive.postings,
-            indexed_docs=archive.documents,
-            indexed_length=archive.total_length,
             profile=codec.loads(profile) if profile else None,
             history=tuple(codec.loads(h) for h in history),
         )
-        peer_archives = {
-            peer: _archive(reply, terms) for peer, reply in zip(peers, rest, strict=True)
+        peer_logs = {
+            peer: _log_slice(reply, _fields(reply[0]))
+            for (peer, _), reply in zip(peers, rest, strict=True)
         }
-        if siblings is None:
-            return Loaded(state, archive, peer_archives)
-        ids = tuple(sorted(item.decode() for item in siblings))
-        return Loaded(state, archive, peer_archives, ids)
+        ids = tuple(sorted(item.decode() for item in siblings)) if siblings is not None else None
+        return Loaded(state, log, peer_logs, ids)
 
     def _call_load(
-        self, pipe: Any, keys: SessionKeys, tail: int, candidates: int, terms: Sequence[str]
+        self,
+        pipe: Any,
+        keys: SessionKeys,
+        tail: int,
+        known: Known | None,
+        vectors: bool,
+        most: int,
     ) -> None:
-        names = (keys.meta, keys.log, keys.tiers, keys.pins, keys.jobs, keys.index)
-        pipe.evalsha(self._load.sha, len(names), *names, tail, candidates, CANDIDATE_BYTES, *terms)
+        names = (keys.meta, keys.log, keys.tiers, keys.pins, keys.jobs, keys.vec)
+        generation, held = (known.generation, known.count) if known else ("", 0)
+        args = (tail, generation, held, most, 1 if vectors else 0)
+        pipe.evalsha(self._load.sha, len(names), *names, *args)
 
-    async def archives(
-        self, sessions: Sequence[SessionKeys], query_terms: Sequence[str], candidates: int
-    ) -> list[Archive]:
-        """Recall data of other sessions (the user's, not prefetched by the load)."""
-        terms = list(dict.fromkeys(query_terms))
+    async def archive_page(
+        self, keys: SessionKeys, start: int, stop: int, *, vectors: bool
+    ) -> tuple[str, int, tuple[Message, ...], tuple[bytes | None, ...]]:
+        """Messages at positions ``start``..``stop`` (0-based, inclusive) with their
+        vectors; and the log's generation and length as they were read with them."""
 
         def build(pipe: Any) -> None:
-            for keys in sessions:
-                self._call_load(pipe, keys, 0, candidates, terms)
+            names = (keys.meta, keys.log, keys.vec)
+            args = (start, stop, 1 if vectors else 0)
+            pipe.evalsha(self._archive_page.sha, len(names), *names, *args)
 
-        replies = await self._scripted_pipeline(build) if sessions and terms else []
-        return [_archive(reply, terms) for reply in replies]
+        ((generation, count, raw, offset, raw_vectors),) = await self._scripted_pipeline(build)
+        messages, aligned = _slice(raw, int(offset), raw_vectors, start)
+        return bytes(generation).decode(), int(count), messages, aligned
 
     async def messages_at(self, keys: SessionKeys, indexes: Sequence[int]) -> list[Message]:
         """Messages by index (recall hits), in the order asked; one round trip."""
@@ -802,13 +697,14 @@ class RedisStore:
         user_id: str | None,
         truncate_to: int | None = None,
         expected_count: int | None = None,
-        index: bool = True,
+        vectors: Sequence[bytes] = (),
         predicted: Predicted | None = None,
         joining: Joining | None = None,
         receipt: catalog.StoredReceipt | None = None,
         listed: bool = True,
     ) -> Recorded:
-        """Append messages atomically, numbering them (and indexing them for recall).
+        """Append messages atomically, numbering them, with their recall ``vectors``
+        (stored forms, "" for none; one per message, or none at all).
 
         In the same round trip: the ``predicted`` jobs and pins (written only where the
         append lands as predicted: ``Recorded.predicted``), the notices of those jobs, and
@@ -818,9 +714,11 @@ class RedisStore:
 
         Raises ``TailMoved`` when ``expected_count`` is given and the log has another length.
         """
-        postings = index_entries(messages) if index else {}
         jobs = predicted.jobs if predicted else ()
         pins = predicted.pins if predicted else ()
+        stored_vectors = list(vectors) if vectors else [b""] * len(messages)
+        if len(stored_vectors) != len(messages):
+            raise ValueError("one vector per message, or none")
         args: list[Any] = [
             self.retention_s,
             repr(now),
@@ -830,15 +728,15 @@ class RedisStore:
             -1 if expected_count is None else expected_count,
             sum(1 for m in messages if m.role == "user"),
             len(messages),
-            indexed_length(messages),
             predicted.first if predicted else -1,
             predicted.turns if predicted else -1,
             len(jobs),
             len(pins),
+            secrets.token_hex(8),
             *(message.to_json() for message in messages),
+            *stored_vectors,
             *(item for job in jobs for item in (job.id, json.dumps(job.to_data()))),
             *(item for pin in pins for item in (pin.id, json.dumps(pin.to_data()))),
-            *(item for pair in postings.items() for item in pair),
         ]
 
         def build(pipe: Any) -> None:
@@ -856,7 +754,7 @@ class RedisStore:
         # its job pending in the session, run with the session's next notice or flush;
         # a failed user index write is made again (or the turn reported degraded).
         replies = await self._scripted_pipeline(build, needed=1)
-        first, count, turns, new_user, landed = replies[0]
+        first, count, turns, new_user, landed, generation = replies[0]
         if int(first) < 0:
             raise TailMoved(f"expected {expected_count} messages, found {count}")
         idle: tuple[str, ...] = ()
@@ -867,7 +765,15 @@ class RedisStore:
                 await self.index_user_session(joining.user, keys.session_id)
             if not any(isinstance(reply, Exception) for reply in found):
                 idle = tuple(_idle(joining.siblings, found, joining.idle_before))
-        return Recorded(int(first), int(count), int(turns), bool(new_user), bool(landed), idle)
+        return Recorded(
+            int(first),
+            int(count),
+            int(turns),
+            bool(new_user),
+            bool(landed),
+            idle,
+            bytes(generation).decode(),
+        )
 
     async def _scripted_pipeline(
         self, build: Callable[[Any], None], *, needed: int | None = None

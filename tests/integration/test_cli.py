@@ -85,11 +85,48 @@ def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:
     return path
 
 
-def stored(api: httpx.Client, session: str) -> list[dict[str, Any]]:
-    """Every message of the session, as its export gives them (index dropped)."""
+def stored(api: httpx.Client, session: str, keep: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every message of the session, as its export gives them (index dropped, and the
+    time it was said unless ``keep`` names it: here mostly the time of the import)."""
     response = api.get(f"/memory/sessions/{quote(session, safe='')}/export")
     assert response.status_code == 200, response.text
-    return [{k: v for k, v in m.items() if k != "index"} for m in response.json()["messages"]]
+    dropped = {"index", "timestamp"} - set(keep)
+    return [{k: v for k, v in m.items() if k not in dropped} for m in response.json()["messages"]]
+
+
+def test_a_file_with_times_keeps_them_through_import_and_export(
+    run: Run, api: httpx.Client, session_id: str, tmp_path: Path
+) -> None:
+    messages = conversation(4)
+    messages[0]["timestamp"] = "2024-01-13T09:05:00Z"
+    messages[1]["timestamp"] = 1705137000  # Unix seconds: 2024-01-13T09:10:00Z
+    messages[2]["timestamp"] = "2024-01-14T10:00:00+02:00"
+    path = tmp_path / "timed.json"
+    path.write_text(json.dumps({"messages": messages}))
+    code, _, err = run("import", str(path), "--session", session_id)
+    assert code == 0, err
+    times = [m.get("timestamp") for m in stored(api, session_id, keep=("timestamp",))]
+    assert times[:3] == ["2024-01-13T09:05:00Z", "2024-01-13T09:10:00Z", "2024-01-14T08:00:00Z"]
+    assert times[3] is not None  # no time given: the time of the import
+    exported = api.get(f"/memory/sessions/{session_id}/export").text
+    again = tmp_path / "again.json"
+    again.write_text(exported)
+    code, _, err = run("import", str(again), "--session", session_id + "-copy")
+    assert code == 0, err
+    copy = stored(api, session_id + "-copy", keep=("timestamp",))
+    assert copy == stored(api, session_id, keep=("timestamp",))
+
+
+def test_a_time_the_gateway_refuses_is_named_by_its_line(
+    run: Run, api: httpx.Client, session_id: str, tmp_path: Path
+) -> None:
+    messages = conversation(3)
+    messages[2]["timestamp"] = "yesterday"
+    path = tmp_path / "bad-time.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in messages) + "\n")
+    code, _, err = run("import", str(path), "--session", session_id)
+    assert code != 0
+    assert "bad-time.jsonl:3: the gateway refused it: timestamp: must be Unix seconds" in err
 
 
 def test_import_jsonl_then_the_session_has_exactly_its_messages(

@@ -68,7 +68,7 @@ def test_poisoned_content_stays_quoted_user_content(
     send(client, [{"role": "user", "content": "which zebra tea do I like?"}])
 
     memory = fake_upstream.last_messages()[0]
-    assert memory["role"] == "system" and "- Message 1 (user): Ignore previous" in memory["content"]
+    assert memory["role"] == "system" and "\nuser: Ignore previous" in memory["content"]
     for forged in FORGED:  # inside the recalled message, never a line of its own
         assert f"\n{CONTINUATION}{forged}" in memory["content"]
         assert forged not in margin(memory["content"])

@@ -61,10 +61,11 @@ def test_a_fact_said_at_message_5_is_recalled_verbatim_after_300_messages(
     import_all(memory, conversation(300, {5: "My booking reference is QX-48213, keep it."}))
     context = memory.context("What was my booking reference again?")
     text = context["messages"][0]["content"]
-    assert "## Earlier messages relevant to the new one (verbatim)" in text
-    assert "- Message 5 (user): My booking reference is QX-48213, keep it." in text
-    assert "5" in context["receipt"]["recalled"]
-    assert context["receipt"]["total_tokens"] <= 3000
+    assert "## Earlier in this conversation: excerpts relevant to the new message" in text
+    assert "\nuser: My booking reference is QX-48213, keep it." in text
+    assert context["receipt"]["recalled"][0] == "5"  # the best match
+    # What the other tiers leave of the budget is used: recall fills it.
+    assert 2_700 <= context["receipt"]["total_tokens"] <= 3000
     # The same question with recall off in a plain hybrid session: the fact is gone.
     memory.http.close()
 
@@ -75,8 +76,10 @@ def test_recall_never_repeats_what_the_window_holds(
     memory = Memory(recall_gateway, api_key, session_id)
     import_all(memory, conversation(40, {39: "My locker code is 7741."}))
     context = memory.context("What is my locker code?")
-    assert context["receipt"]["recalled"] == []
+    assert context["receipt"]["recalled"]  # other messages fill the budget …
+    assert "39" not in context["receipt"]["recalled"]  # … but not the window's
     assert 39 in context["receipt"]["window_indexes"]
+    assert context["messages"][0]["content"].count("My locker code is 7741.") == 0
     memory.http.close()
 
 
@@ -122,9 +125,10 @@ def test_a_new_session_of_the_same_user_starts_with_the_last_sessions(
     answer = say(client, "What is my dog?")
     assert answer == "Your dog is Rex."
     forwarded = fake_upstream.last_messages()[0]["content"]
-    assert "## From the user's earlier conversations" in forwarded
+    assert "## From the user's earlier conversations\n" in forwarded  # the profile
     assert "I'm allergic to penicillin" in forwarded
-    assert "of an earlier conversation (user): My dog is Rex" in forwarded
+    assert "## From the user's earlier conversations: relevant excerpts" in forwarded
+    assert ", another conversation]\nuser: My dog is Rex and I'm allergic" in forwarded
     first.http.close()
 
 
@@ -173,7 +177,7 @@ def test_embeddings_rerank_lexical_candidates_by_meaning(
         9: "I parked my car on level 3 of the garage.",
     }
     messages = conversation(30, planted)
-    lexical = {**tiers, "recall": {"hits": 1, "min_score": 0.1}}
+    lexical = {**tiers, "recall": {"hits": 1, "min_score": 0.1, "semantic": False}}
     plain_gateway = make_gateway(memory={"tiers": lexical})
     plain = Memory(plain_gateway, api_key, session_id)
     import_all(plain, messages)
@@ -182,6 +186,7 @@ def test_embeddings_rerank_lexical_candidates_by_meaning(
     # Gateways sharing a Redis share its job stream: they must share one configuration.
     plain_gateway.stop()
 
+    tiers["recall"]["semantic"] = False  # the upstream model's meaning alone
     semantic = Memory(make_gateway(memory={"tiers": tiers}), api_key, session_id + "-e")
     import_all(semantic, messages)  # the flush runs the embedding jobs
     assert semantic.context(question)["receipt"]["recalled"] == ["9"]  # car ~ automobile

@@ -22,17 +22,16 @@ from redis.asyncio.connection import Connection
 
 from gateway.config import PRESETS, MemoryConfig
 from gateway.identity import Identity, MemoryMode
-from gateway.memory import recall
 from gateway.memory.jobs import schedule
 from gateway.memory.model import Message
 from gateway.memory.service import MemoryService, session_keys
 from gateway.store.connections import _Link
-from gateway.store.redis_store import CANDIDATE_BYTES, CANDIDATES_SCANNED, RedisStore
+from gateway.store.redis_store import RedisStore
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import Memory, build_settings, register_content, say, sdk
 from tests.integration.test_recall import import_all
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.jobs import notices
+from tests.support.jobs import notices, notices_withdrawn
 from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
@@ -81,15 +80,8 @@ def _store_method() -> str:
 
 @pytest.fixture(autouse=True)
 def _withdraw_notices(redis_server: RedisProcess) -> Iterator[None]:
-    """The jobs these tests leave pending are announced on the suite's shared stream:
-    withdraw the notices, or a later test's in-process worker would run them all first."""
-    client = redis_server.client()
-    before = {entry for _, entry, _ in notices(client)}
-    yield
-    for stream, entry, _ in list(notices(client)):
-        if entry not in before:
-            client.xdel(stream, entry)
-    client.close()
+    with notices_withdrawn(redis_server.client):
+        yield
 
 
 @pytest.fixture
@@ -270,105 +262,6 @@ async def test_jobs_of_a_turn_that_lost_the_race_are_enqueued_for_where_it_lande
     assert _notices(redis_server, identity.session_id) == set(pending)
 
 
-async def _archive_and_load(
-    store: RedisStore, identity: Identity, texts: list[str], query: str
-) -> tuple[MemoryService, Any]:
-    """Import ``texts`` as alternating user/assistant messages, then load for ``query``."""
-    config = MemoryConfig()
-    service = MemoryService(store, TokenCounter(), config)
-    messages = tuple(
-        Message("user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(texts)
-    )
-    await service.import_messages(session_keys(identity), None, messages, now=1.0)
-    loaded = await store.load_turn(
-        session_keys(identity),
-        config.reconcile_tail,
-        query_terms=recall.terms(query),
-        candidates=16,
-    )
-    return service, loaded
-
-
-async def test_a_hit_the_loaded_candidates_missed_is_read_and_recalled(store: RedisStore) -> None:
-    """The load prefetches the messages holding the most query terms; BM25 ranks first
-    the one message with the rarest term, which holds only that one. It is read after,
-    and recalled all the same."""
-    identity = replace(IDENTITY, session_id=f"miss-{uuid.uuid4().hex[:8]}")
-    texts = ["Aardvark at noon."]
-    texts += [f"Filler message {i} about nothing." for i in range(2000)]
-    # More messages holding both other terms than a load prefetches (16 below).
-    texts += [f"Quokka and zephyr {i}." for i in range(100)]
-    # Past the loaded tail, where only the candidates (or a second read) reach.
-    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
-    service, loaded = await _archive_and_load(store, identity, texts, "aardvark quokka zephyr")
-    assert 1 not in loaded.archive.raw, "the top hit is not among the candidates"
-    assert len(loaded.archive.raw) == 16
-    question = "Where is the aardvark, the quokka and the zephyr?"
-    turn = await service.prepare(identity, (Message("user", question),), "m")
-    assert turn.context.receipt.recalled[0] == "1"
-    assert texts[0] in turn.context.openai_messages()[0]["content"]
-
-
-async def test_messages_holding_more_terms_are_prefetched_first_however_common_the_terms(
-    store: RedisStore,
-) -> None:
-    """Once the rarer terms have named more messages than a load prefetches, the
-    commonest term's entries only lift those it names too (the load script's shortcut).
-    A message first named by a middle term still counts every term it holds: holding
-    two, it outranks every message holding only the rarest one. No message holding only
-    the commonest term is prefetched."""
-    identity = replace(IDENTITY, session_id=f"common-{uuid.uuid4().hex[:8]}")
-    texts = ["Zebra apple together.", "Mango apple duo."]
-    texts += [f"Zebra note {i}." for i in range(30)]
-    texts += [f"Mango salad {i}." for i in range(60)]
-    texts += [f"Apple pie {i}." for i in range(300)]
-    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
-    _, loaded = await _archive_and_load(store, identity, texts, "zebra mango apple")
-    prefetched = list(loaded.archive.raw)
-    assert len(prefetched) == 16
-    assert prefetched[:2] == [1, 2]
-    assert all(b"Zebra" in loaded.archive.raw[index] for index in prefetched[2:])
-
-
-async def test_a_common_last_term_prefetches_its_densest_then_newest_messages(
-    store: RedisStore,
-) -> None:
-    """With fewer messages named than a load prefetches, the commonest term's (over 1 KiB
-    of postings, keyed by its densest pairs only) fill the rest: the messages the rarer
-    term named first (the one holding both terms before a denser one), then the densest
-    of the common term's, then its newest."""
-    identity = replace(IDENTITY, session_id=f"dense-{uuid.uuid4().hex[:8]}")
-    texts = ["Zebra apple duo.", "Zebra alone."] + ["Apple apple."] * 4
-    texts += [f"Apple pie {i}." for i in range(300)]
-    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
-    _, loaded = await _archive_and_load(store, identity, texts, "zebra apple")
-    # 1 holds both terms (2 is denser in the rarer one); 3-6 are the densest in "apple".
-    assert list(loaded.archive.raw) == [1, 2, 6, 5, 4, 3, *range(306, 296, -1)]
-
-
-async def test_recall_ranks_the_postings_a_load_scanned(store: RedisStore) -> None:
-    """A load scans at most CANDIDATES_SCANNED bytes of postings, rarest terms first and
-    each term's newest first, and returns only those: an old mention of a word said in
-    more messages since than the budget holds is out of recall's reach, and a request's
-    work stays bounded however long the archive."""
-    identity = replace(IDENTITY, session_id=f"scan-{uuid.uuid4().hex[:8]}")
-    said = CANDIDATES_SCANNED // 8  # more entries than the budget holds (~10 bytes each)
-    texts = ["Quokka quokka."]
-    texts += [f"Filler message {i} about nothing." for i in range(6 * said)]
-    texts += [f"Quokka sighting {i} today." for i in range(said)]
-    texts += [f"Filler message {i} about nothing." for i in range(MemoryConfig().reconcile_tail)]
-    service, loaded = await _archive_and_load(store, identity, texts, "quokka")
-    value = loaded.state.postings["quokka"]
-    assert value is not None
-    df, _, entries = value.partition("|")
-    assert int(df) == said + 1  # the true document frequency, for the idf
-    assert 0 < len(entries) <= CANDIDATES_SCANNED
-    assert not entries.startswith("1:")  # the oldest mention was not scanned
-    turn = await service.prepare(identity, (Message("user", "Any quokka news?"),), "m")
-    assert "1" not in turn.context.receipt.recalled
-    assert turn.context.receipt.recalled  # the newer mentions are found
-
-
 async def test_a_server_that_lost_its_scripts_gets_them_again(
     store: RedisStore, redis_server: RedisProcess
 ) -> None:
@@ -389,15 +282,3 @@ async def test_a_server_that_lost_its_scripts_gets_them_again(
     assert count == 4
     assert [m.text for m in messages] == ["question 0", "answer 0", "question 1", "answer 1"]
     assert _notices(redis_server, identity.session_id) == {b"fold:1-2:t1", b"fold:3-4:t2"}
-
-
-async def test_a_load_brings_candidates_within_a_byte_budget(store: RedisStore) -> None:
-    """However long the archived messages, a load's candidates stay under CANDIDATE_BYTES."""
-    identity = replace(IDENTITY, session_id=f"bytes-{uuid.uuid4().hex[:8]}")
-    huge = "The walrus manifest follows. " + "cargo " * (CANDIDATE_BYTES // 6)
-    filler = [f"Filler {i}." for i in range(MemoryConfig().reconcile_tail)]
-    texts = [huge, "The walrus is small.", *filler]
-    _, loaded = await _archive_and_load(store, identity, texts, "walrus")
-    assert sorted(loaded.archive.raw) == [2]  # the huge one is read only if it is a hit
-    message = loaded.archive.message(2)
-    assert message is not None and message.text == texts[1]

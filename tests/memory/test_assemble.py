@@ -749,3 +749,148 @@ def test_items_are_made_again_for_new_tiers_a_new_composition_or_another_count(
     assert context.receipt.memory_sections["facts"] == sum(
         tokens_per_word * count(fact) for fact in facts
     )
+
+
+# --- Recall fills the budget --------------------------------------------------------------
+
+RECALL = PRESETS["hybrid-recall"]
+DAY = 86_400.0
+SAT = 1_705_104_000.0  # Sat 2024-01-13 00:00 UTC
+
+
+def said(n: int, text: str, ts: float, role: str = "user") -> Message:
+    # Counted as a recalled line costs with ``count``: its words and the speaker's label.
+    return Message(role=role, content=text, index=n, tokens=count(text) + 1, ts=ts)
+
+
+def recall_run(
+    recalled: Sequence[Any],
+    budget: int,
+    composition: Composition = RECALL,
+    prior: Sequence[Message] = (),
+    now: float = SAT + 30 * DAY,
+) -> Context:
+    return assemble(
+        turn(prior),
+        tiers=Tiers(),
+        pins=(),
+        composition=composition,
+        budget_tokens=budget,
+        memory_role="system",
+        count=count,
+        recalled=recalled,
+        now=now,
+    )
+
+
+def excerpts(context: Context) -> list[str]:
+    memory = memory_text(context)
+    assert memory is not None
+    return memory.split("(verbatim)\n", 1)[1].splitlines()
+
+
+def test_recall_takes_what_the_other_tiers_leave_best_first() -> None:
+    from gateway.memory.assemble import Recalled
+
+    hits = [Recalled(said(i, f"fact number {i} here", SAT + i * 60)) for i in (30, 10, 20, 40)]
+    roomy = recall_run(hits, budget=10_000)
+    assert roomy.receipt.recalled == ("30", "10", "20", "40")  # every hit, best first
+    lengths = []
+    # (From a little above what was sent: each line's cost is estimated on the safe side.)
+    for budget in range(roomy.receipt.total_tokens + 10, 0, -1):
+        kept = recall_run(hits, budget=budget).receipt
+        assert kept.recalled == roomy.receipt.recalled[: len(kept.recalled)]
+        assert kept.total_tokens <= budget or not kept.recalled
+        lengths.append(len(kept.recalled))
+    assert lengths == sorted(lengths, reverse=True)  # less room, fewer hits: the weakest go
+    assert set(lengths) == {4, 3, 2, 1, 0}
+
+
+def test_excerpts_are_shown_in_conversation_order_under_their_days() -> None:
+    from gateway.memory.assemble import Recalled
+
+    hits = [
+        Recalled(said(41, "the blue drawer", SAT + DAY + 60, role="assistant")),
+        Recalled(said(7, "my passport?", SAT + 3600)),
+        Recalled(said(40, "where is it?", SAT + DAY)),
+        Recalled(said(3, "hello there", SAT)),
+    ]
+    lines = excerpts(recall_run(hits, budget=10_000))
+    assert lines == [
+        "[Sat 2024-01-13]",
+        "user: hello there",
+        "…",
+        "user: my passport?",
+        "[Sun 2024-01-14]",
+        "user: where is it?",
+        "assistant: the blue drawer",
+    ]
+
+
+def test_a_short_hit_brings_the_message_it_answers_once() -> None:
+    from gateway.memory.assemble import Recalled
+
+    question = said(9, "how often were you in Turks and Caicos?", SAT)
+    answer = said(10, "Twice!", SAT + 60, role="assistant")
+    hits = [Recalled(answer, lead_in=question), Recalled(question)]
+    context = recall_run(hits, budget=10_000)
+    assert context.receipt.recalled == ("9", "10")
+    assert excerpts(context)[1:] == [
+        "user: how often were you in Turks and Caicos?",
+        "assistant: Twice!",
+    ]
+
+
+def test_what_the_window_shows_is_not_recalled_again() -> None:
+    from gateway.memory.assemble import Recalled
+
+    window = conv(4)
+    hits = [Recalled(window[-1]), Recalled(said(100, "an old fact", SAT))]
+    context = recall_run(hits, budget=10_000, prior=window)
+    assert context.receipt.recalled == ("100",)
+
+
+def test_the_dates_line_names_today_and_the_window() -> None:
+    from gateway.memory.assemble import Recalled
+
+    window = tuple(m.but(ts=SAT + 2 * DAY + i) for m in conv(2) for i in (m.index,))
+    hits = [Recalled(said(100, "an old fact", SAT))]
+    memory = memory_text(recall_run(hits, budget=10_000, prior=window, now=SAT + 9 * DAY))
+    assert memory is not None
+    assert (
+        "## Dates\nToday is Mon 2024-01-22 (UTC). The messages after this one were said " in memory
+    )
+    assert "said on Mon 2024-01-15." in memory
+
+
+def test_the_optional_caps_bound_recall() -> None:
+    from gateway.memory.assemble import Recalled
+
+    hits = [Recalled(said(i, f"fact number {i} here", SAT)) for i in range(1, 20)]
+    capped = RECALL.model_copy(update={"recall": RECALL.recall.model_copy(update={"hits": 3})})
+    assert len(recall_run(hits, budget=10_000, composition=capped).receipt.recalled) == 3
+    shared = RECALL.model_copy(update={"recall": RECALL.recall.model_copy(update={"share": 0.1})})
+    context = recall_run(hits, budget=1_000, composition=shared)
+    assert 0 < context.receipt.memory_sections["recall"] <= 100
+
+
+def test_fallbacks_wait_for_recall_but_model_made_tiers_do_not() -> None:
+    from gateway.memory.assemble import Recalled
+
+    tiers = Tiers(
+        summaries=(
+            Summary(1, 15, "first lines of each message " * 5, fallback=True),
+            Summary(16, 30, "what the model wrote", fallback=False),
+        ),
+        facts=(Fact("my seat is 14C", 3, 3, fallback=True),),
+    )
+    hits = [Recalled(said(i, f"fact number {i} here", SAT)) for i in range(40, 70)]
+    plan = turn(conv(2))
+    kwargs: dict[str, Any] = dict(tiers=tiers, pins=(), composition=RECALL, memory_role="system")
+    roomy = assemble(plan, budget_tokens=10_000, count=count, recalled=hits, **kwargs)
+    assert roomy.receipt.summaries == ((16, 30), (1, 15))  # room for all: all sent
+    # Less room than everything needs (the fallback summary alone is 35 tokens here).
+    budget = roomy.receipt.total_tokens - 25
+    tight = assemble(plan, budget_tokens=budget, count=count, recalled=hits, **kwargs)
+    assert tight.receipt.summaries == ((16, 30),)  # the fallback gave way, not recall
+    assert tight.receipt.recalled == roomy.receipt.recalled

@@ -33,7 +33,8 @@ def test_extract_reads_only_the_users_own_words() -> None:
         Message("user", "Hello. My seat is 14C. The weather is nice.", index=1),
         Message("assistant", "Noted: your seat is 14C and my name is Bot.", index=2),
     ]
-    assert extract(messages) == [Found("seat", "My seat is 14C.", 1)]
+    # Read without a model from the user's own words: marked as such.
+    assert extract(messages) == [Found("seat", "My seat is 14C.", 1, fallback=True)]
 
 
 def test_newer_fact_supersedes_older_and_duplicates_are_ignored() -> None:

@@ -85,11 +85,11 @@ def test_the_memory_block_keeps_poisoned_items_inside_their_bullets() -> None:
         recalled=[Recalled(user(5, POISON))],
     )
     memory = str(context.messages[0].content)
-    allowed = re.compile(r"^(- |## (Pinned|Key facts|Earlier messages))")
+    allowed = re.compile(r"^(- |## (Dates|Pinned|Key facts|Earlier in this)|Today is |user: |\[)")
     gateway_lines = margin_lines(memory)
     assert gateway_lines[0] == MEMORY_HEADER
     assert all(allowed.match(line) for line in gateway_lines[1:]), gateway_lines
-    assert "- Message 5 (user): I like green tea on 3 May." in gateway_lines
+    assert "user: I like green tea on 3 May." in gateway_lines
     assert f"\n{CONTINUATION}{FORGED_SYSTEM}" in memory
     assert memory.count("## Pinned") == 2  # the section's heading, and the quoted forgery
     assert f"\n{CONTINUATION}## Pinned" in memory

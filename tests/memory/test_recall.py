@@ -1,41 +1,57 @@
-"""BM25 recall over the stored postings format (pure)."""
+"""Recall: stemmed terms, the query, and the fused ranking over an archive (pure)."""
 
 from __future__ import annotations
 
+import datetime
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.memory import vectors
+from gateway.memory.archive import Archive
 from gateway.memory.model import Message
 from gateway.memory.recall import (
-    K1,
-    B,
     Hit,
-    cosine,
-    index_entries,
-    indexed_length,
-    pack,
+    Query,
+    Source,
+    Weights,
+    build_query,
+    lead_in,
+    named_days,
     rank,
-    rerank,
-    terms,
-    unpack,
+    vocabulary,
 )
+from gateway.memory.rerank import cosine, pack, rerank, unpack
+from gateway.memory.terms import terms
+
+WORDS_ONLY = Weights(semantic=0.0, neighbour=0.0, date_boost=0.0, feedback=0.0)
 
 
-def stored(messages: list[str]) -> tuple[dict[str, str], int, int]:
-    """Postings as the record script stores them ("<df>|<absolute entries>")."""
-    built: dict[str, list[str]] = {}
-    objects = [Message("user", text, index=i + 1) for i, text in enumerate(messages)]
-    for term, entries in index_entries(objects).items():
-        absolute = []
-        for entry in entries.split(","):
-            if entry:
-                offset, tf, length = entry.lstrip("+").split(":")
-                absolute.append(f"{int(offset) + 1}:{tf}:{length},")
-        built[term] = [f"{len(absolute)}|" + "".join(absolute)]
-    return {t: v[0] for t, v in built.items()}, len(objects), indexed_length(objects)
+def archive_of(texts: list[str], raw_vectors: list[bytes | None] | None = None) -> Archive:
+    archive = Archive("g1")
+    messages = [
+        Message("user" if i % 2 == 0 else "assistant", text, index=i + 1)
+        for i, text in enumerate(texts)
+    ]
+    archive.extend(messages, raw_vectors or [None] * len(messages))
+    return archive
+
+
+def unit_bytes(*components: float) -> bytes:
+    vector = np.zeros(vectors.DIM, dtype=np.float32)
+    vector[: len(components)] = components
+    return vectors.encode(vector)
+
+
+def query_vector(*components: float) -> np.ndarray:
+    vector = np.zeros(vectors.DIM, dtype=np.float32)
+    vector[: len(components)] = components
+    found = vectors.unit(vector)
+    assert found is not None
+    return found
 
 
 @pytest.mark.parametrize(
@@ -43,147 +59,220 @@ def stored(messages: list[str]) -> tuple[dict[str, str], int, int]:
     [
         ("My seat is 14C!", ["seat", "14c"]),
         ("The Seats, the seats", ["seat", "seat"]),
-        ("booking reference QX-48213", ["booking", "reference", "qx-48213"]),
-        ("I'm allergic to penicillin", ["allergic", "penicillin"]),
-        ("glasses and a glass", ["glass", "glass"]),
-        ("the cities", ["city"]),
+        ("booking reference QX-48213", ["book", "refer", "qx-48213"]),
+        ("I'm allergic to penicillin", ["allerg", "penicillin"]),
+        ("cooking, cooked and cooks", ["cook", "cook", "cook"]),
+        ("the cities", ["citi"]),
+        ("Kate's hobbies", ["kate", "hobbi"]),
+        ("Kate\u2019s hobby", ["kate", "hobbi"]),
         ("", []),
     ],
 )
-def test_terms(text: str, expected: list[str]) -> None:
+def test_terms_are_stemmed_words_without_stopwords(text: str, expected: list[str]) -> None:
     assert terms(text) == tuple(expected)
     assert terms(" ".join([text] * 2000)) == tuple(expected) * 2000  # long: not remembered
 
 
-def test_a_text_is_split_into_terms_once_while_remembered() -> None:
-    cache_info = terms.cache_info  # type: ignore[attr-defined]
-    text = "my booking reference is QX-48213, seat 14C"
-    before = cache_info()
-    assert terms(text) == terms(text) == ("booking", "reference", "qx-48213", "seat", "14c")
-    after = cache_info()
-    assert after.hits - before.hits >= 1
-    long_text = text + " padding" * 1000
-    terms(long_text)
-    assert cache_info().currsize == after.currsize
+def test_a_word_said_in_another_form_is_found() -> None:
+    archive = archive_of(["We went skiing in Colorado", "The weather was nice", "I ski a lot"])
+    hits = rank([Source(archive)], build_query("Does she still ski?"), limit=3, weights=WORDS_ONLY)
+    assert {hit.index for hit in hits} == {1, 3}
 
 
 def test_the_rare_word_wins_over_common_ones() -> None:
-    filler = ["we talked about the meeting plan"] * 30
-    messages = [*filler[:4], "my booking reference is QX-48213", *filler[4:]]
-    postings, documents, length = stored(messages)
-    query = "what was my booking reference for the meeting?"
-    hits = rank(query, {t: postings.get(t) for t in terms(query)}, documents=documents,
-                total_length=length)  # fmt: skip
-    assert hits[0].index == 5
-    assert hits[0].score > 2 * hits[1].score
+    texts = ["the weather today is nice"] * 8 + ["my dentist is on Elm street, weather aside"]
+    hits = rank([Source(archive_of(texts))], build_query("weather dentist"), limit=1)
+    assert hits[0].index == 9
 
 
-def test_excluded_indexes_and_limit() -> None:
-    postings, documents, length = stored(["alpha beta", "alpha gamma", "alpha delta", "zeta"])
-    query = "alpha"
-    found = {t: postings.get(t) for t in terms(query)}
-    assert [h.index for h in rank(query, found, documents=documents, total_length=length)] == [
-        3, 2, 1
-    ]  # fmt: skip
-    hits = rank(query, found, documents=documents, total_length=length, exclude=frozenset({3}))
+def test_bm25_matches_the_formula() -> None:
+    texts = ["alpha beta", "alpha gamma gamma", "delta"]
+    archive = archive_of(texts)
+    (hit, *_) = rank([Source(archive)], Query({"gamma": 1.0}), limit=3, weights=WORDS_ONLY)
+    n, df, average = 3, 1, (2 + 3 + 1) / 3
+    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    tf, length = 2, 3
+    expected = idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length / average))
+    assert hit.index == 2
+    assert hit.score == pytest.approx(1.0)  # the best word score is scaled to 1
+    scores = rank(
+        [Source(archive)], Query({"gamma": 1.0, "alpha": 1.0}), limit=3, weights=WORDS_ONLY
+    )
+    alpha_idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    first = alpha_idf * 2.2 / (1 + 1.2 * (1 - 0.75 + 0.75 * 2 / average))
+    second = alpha_idf * 2.2 / (1 + 1.2 * (1 - 0.75 + 0.75 * 3 / average)) + expected
+    assert [h.index for h in scores] == [2, 1]
+    assert scores[1].score == pytest.approx(first / second, rel=1e-4)
+
+
+def test_a_hit_lifts_its_neighbours_above_unrelated_messages() -> None:
+    texts = ["unrelated words here", "where is the passport?", "in the blue drawer", "more noise"]
+    weights = Weights(semantic=0.0, neighbour=0.3, date_boost=0.0, feedback=0.0)
+    hits = rank([Source(archive_of(texts))], build_query("passport"), limit=4, weights=weights)
+    assert [h.index for h in hits] == [2, 3, 1]  # the hit, then its neighbours (newer first)
+    assert hits[1].score == pytest.approx(0.3)
+
+
+def test_the_second_pass_follows_the_best_hits_words_to_the_answer() -> None:
+    """ "Which city am I travelling to next month?" finds "visiting my sister next month";
+    its words lead to "my sister lives in Lyon", which shares none with the question."""
+    filler = [f"the weekly planning notes, part {i}" for i in range(20)]
+    texts = ["my sister lives in Lyon", *filler, "I'm visiting my sister next month", *filler]
+    query = build_query("Which city am I travelling to next month?")
+    weights = Weights(semantic=0.0, neighbour=0.0, date_boost=0.0)
+    with_feedback = rank([Source(archive_of(texts))], query, limit=3, weights=weights)
+    assert [h.index for h in with_feedback[:2]] == [22, 1]
+    without = rank([Source(archive_of(texts))], query, limit=3, weights=WORDS_ONLY)
+    assert 1 not in [h.index for h in without]
+
+
+def test_meaning_finds_what_shares_no_word() -> None:
+    texts = ["I went skiing again", "The rent is due", "Lunch was fine"]
+    stored = [unit_bytes(1, 0.1), unit_bytes(0, 1), unit_bytes(0.1, 0, 1)]
+    archive = archive_of(texts, stored)
+    query = Query({"hobbi": 1.0}, query_vector(1, 0))
+    hits = rank([Source(archive)], query, limit=3, weights=Weights(neighbour=0.0))
+    assert hits[0].index == 1
+    assert archive.vectors.shape == (3, vectors.DIM)
+
+
+def test_a_message_without_a_vector_is_found_by_its_words() -> None:
+    archive = archive_of(["the passport is in the drawer", "nothing"], [None, unit_bytes(1)])
+    query = Query({"passport": 1.0}, query_vector(1))
+    hits = rank([Source(archive)], query, limit=2, weights=Weights(neighbour=0.0))
+    assert {h.index for h in hits} == {1, 2}
+
+
+def test_excluded_messages_are_not_hits() -> None:
+    archive = archive_of(["passport one", "passport two", "passport three"])
+    hits = rank([Source(archive, frozenset({3}))], build_query("passport"), limit=3)
     assert [h.index for h in hits] == [2, 1]
-    assert len(rank(query, found, documents=documents, total_length=length, limit=1)) == 1
 
 
-def test_no_match_and_empty_archive() -> None:
-    postings, documents, length = stored(["alpha"])
-    assert rank("omega", {"omega": None}, documents=documents, total_length=length) == []
-    assert rank("alpha", postings, documents=0, total_length=0) == []
+def test_ties_go_to_the_newer_message_and_limit_holds() -> None:
+    archive = archive_of(["passport"] * 5)
+    hits = rank([Source(archive)], build_query("passport"), limit=2, weights=WORDS_ONLY)
+    assert [h.index for h in hits] == [5, 4]
 
 
-def test_document_frequency_comes_from_the_stored_count_not_the_kept_postings() -> None:
-    # A common word whose old postings were trimmed still has its true, high df.
-    trimmed = {"meeting": "900|999:1:5,1000:1:5,", "invoice": "1|400:1:5,"}
-    hits = rank("meeting invoice", trimmed, documents=1000, total_length=5000)
-    assert hits[0].index == 400
+def test_an_empty_query_or_archive_finds_nothing() -> None:
+    assert rank([Source(archive_of(["a b"]))], Query({}), limit=3) == []
+    assert rank([Source(archive_of([]))], build_query("passport"), limit=3) == []
 
 
-def test_vectors_round_trip_through_their_stored_form() -> None:
-    vector = [0.5, -1.25, 3.0]
-    assert unpack(pack(vector)) == vector
-    assert cosine([1.0, 0.0], [1.0, 0.0]) == 1.0
-    assert cosine([1.0, 0.0], [0.0, 1.0]) == 0.0
-    assert cosine([0.0, 0.0], [1.0, 0.0]) == 0.0
+def test_word_scores_share_one_scale_across_sessions() -> None:
+    strong = archive_of(["passport passport here", "noise"])
+    weak = archive_of(["my passport", "other", "words", "passport maybe", "more words"])
+    hits = rank(
+        [Source(strong), Source(weak)], build_query("passport"), limit=4, weights=WORDS_ONLY
+    )
+    # BM25 depends on each archive's statistics (here "passport" is rarer in the second):
+    # one scale means the best word match anywhere scores 1, and only it.
+    assert hits[0].score == 1.0
+    assert all(h.score < 1.0 for h in hits[1:])
+    assert {h.source for h in hits} == {0, 1}
 
 
-def test_rerank_orders_candidates_by_meaning_and_keeps_unembedded_ones() -> None:
-    hits = [Hit(5, 4.0), Hit(9, 3.8), Hit(12, 2.0)]
-    query = [1.0, 0.0]
-    vectors = {5: [0.0, 1.0], 9: [1.0, 0.0]}  # 12 has no vector yet
-    reranked = rerank(hits, query, vectors, weight=0.5, limit=3)
-    assert reranked[0].index == 9  # the lexically weaker one means what was asked
-    assert {h.index for h in reranked} == {5, 9, 12}
-    lexical_only = rerank(hits, query, vectors, weight=0.0, limit=2)
-    assert [h.index for h in lexical_only] == [5, 9]
-    assert rerank([], query, vectors, weight=0.5, limit=2) == []
+def day(text: str) -> float:
+    return datetime.datetime.fromisoformat(text).replace(tzinfo=datetime.UTC).timestamp()
 
 
-def plain_bm25(
-    query: str, postings: dict[str, str | None], documents: int, total_length: int,
-    exclude: frozenset[int], limit: int,
-) -> list[tuple[int, float]]:  # fmt: skip
-    """Every entry of every term scored: what the pruned ranking must agree with."""
-    average = max(total_length / documents, 1.0)
-    scores: dict[int, float] = {}
-    for term in set(terms(query)):
-        raw = postings.get(term)
-        if not raw:
-            continue
-        df_text, _, entries = raw.partition("|")
-        df = int(df_text)
-        idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
-        for entry in filter(None, entries.split(",")):
-            index, tf, length = (int(x) for x in entry.split(":"))
-            if index not in exclude:
-                norm = tf + K1 * (1 - B + B * length / average)
-                scores[index] = scores.get(index, 0.0) + idf * tf * (K1 + 1) / norm
-    return sorted(scores.items(), key=lambda item: (-item[1], -item[0]))[:limit]
+def test_a_named_date_lifts_that_day_and_the_next() -> None:
+    archive = Archive("g")
+    said = ["2024-01-04T10:00", "2024-01-05T23:00", "2024-01-06T00:30", "2024-01-08T10:00"]
+    archive.extend(
+        [Message("user", "we talked", index=i + 1, ts=day(t)) for i, t in enumerate(said)],
+        [None] * 4,
+    )
+    query = build_query("What did we talk about on 5 Jan 2024?")
+    weights = Weights(semantic=0.0, neighbour=0.0, date_boost=0.2, feedback=0.0)
+    hits = rank([Source(archive)], query, limit=4, weights=weights)
+    assert [h.index for h in hits[:2]] == [3, 2]
+    assert hits[0].score > hits[2].score
 
 
-VOCABULARY = ["meeting", "plan", "garden", "note", "14c", "seat", "invoice", "qx-48213"]
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    messages=st.lists(
-        st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=12).map(" ".join),
-        min_size=1,
-        max_size=60,
-    ),
-    query=st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=6).map(" ".join),
-    exclude=st.frozensets(st.integers(1, 60), max_size=10),
-    limit=st.integers(1, 6),
-    extra_documents=st.integers(0, 2000),
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("on 29 Dec 2023?", "2023-12-29"),
+        ("the 10th of February 2024", "2024-02-10"),
+        ("on 10.01.2024", "2024-01-10"),
+        ("on 05/01/2024", "2024-01-05"),
+        ("5 January 2024", "2024-01-05"),
+        ("Dec 29, 2023", "2023-12-29"),
+        ("September 3rd, 2025", "2025-09-03"),
+        ("2024-01-03", "2024-01-03"),
+    ],
 )
-def test_pruned_ranking_agrees_with_scoring_every_entry(
-    messages: list[str], query: str, exclude: frozenset[int], limit: int, extra_documents: int
-) -> None:
-    # extra_documents: an archive whose other messages share none of these words (rarer
-    # words, larger idf gaps, more pruning).
-    postings, documents, length = stored(messages)
-    documents += extra_documents
-    found: dict[str, str | None] = {t: postings.get(t) for t in terms(query)}
-    every = dict(plain_bm25(query, found, documents, length, exclude, len(messages)))
-    hits = rank(query, found, documents=documents, total_length=length, exclude=exclude,
-                limit=limit)  # fmt: skip
-    # The best scores, each hit with its true score. Which of two tied messages comes
-    # first may differ: equal sums added in another order differ in the last bits.
-    best = sorted(every.values(), reverse=True)[:limit]
-    assert [h.score for h in hits] == pytest.approx(best, abs=1e-4)
-    assert [h.score for h in hits] == pytest.approx([every[h.index] for h in hits], abs=1e-4)
+def test_dates_people_write_are_read(text: str, expected: str) -> None:
+    assert named_days(text) == {datetime.date.fromisoformat(expected).toordinal()}
 
 
-def test_stale_postings_with_a_negative_idf_do_not_prune_the_real_top() -> None:
-    # df above the indexed count: the term's idf is negative and must lower scores.
-    found: dict[str, str | None] = {
-        "meeting": "1|1:1:3,2:1:3,",
-        "plan": "9|1:9:3,3:1:3,",
-    }
-    expected = plain_bm25("meeting plan", found, 5, 15, frozenset(), 1)
-    hits = rank("meeting plan", found, documents=5, total_length=15, limit=1)
-    assert [h.index for h in hits] == [index for index, _ in expected]
+@pytest.mark.parametrize("text", ["31.02.2024", "13/25/2024", "version 2024", "at 10.30", ""])
+def test_what_is_not_a_date_is_not_read_as_one(text: str) -> None:
+    assert named_days(text) == frozenset()
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_reading_dates_never_fails(text: str) -> None:
+    assert isinstance(named_days(text), frozenset)
+
+
+def test_a_follow_up_is_read_with_the_turns_before_it() -> None:
+    context = ["My sister lives in Lyon.", "How nice! Do you visit her?"]
+    follow_up = build_query("and what about her?", context)
+    assert follow_up.terms["lyon"] == pytest.approx(0.2)  # 5 terms share one term's weight
+    assert build_query("and her sister?", context).terms["lyon"] == pytest.approx(0.25)
+    full = build_query("Which city does my sister live in these days?", context)
+    assert "lyon" not in full.terms  # a question that says enough stands alone
+    short = build_query("Where is my automobile parked?", context)
+    assert set(short.terms) == {"automobil", "park"}  # short, but pointing nowhere
+
+
+def test_the_query_vector_leaves_out_words_the_archive_never_uses() -> None:
+    embedded: list[str] = []
+
+    def embed(text: str) -> np.ndarray | None:
+        embedded.append(text)
+        return query_vector(1)
+
+    archive = archive_of(["I love hiking and cooking"])
+    build_query("What are Kate's hobbies?", known=vocabulary([archive]), embed=embed)
+    assert embedded == ["What are Kate's hobbies?"]  # no word known: the whole question
+    build_query("Does Kate like hiking?", known=vocabulary([archive]), embed=embed)
+    assert embedded[-1] == "hiking"
+
+
+def test_a_short_hit_comes_with_the_message_it_answers() -> None:
+    archive = archive_of(["How many times have you been to Turks and Caicos?", "Twice!", "ok"])
+    assert lead_in(archive, 2) == archive.message(1)
+    assert lead_in(archive, 1) is None  # the first message answers nothing
+    long = archive_of(["question?", "Twice, once in 2019 and once with my sister"])
+    assert lead_in(long, 2) is None
+
+
+def test_vectors_keep_their_direction_in_bytes() -> None:
+    vector = np.array([0.5, -2.0, 1.0] + [0.0] * (vectors.DIM - 3), dtype=np.float32)
+    (decoded,) = vectors.decode([vectors.encode(vector)])
+    assert float(decoded @ (vector / np.linalg.norm(vector))) > 0.9999
+    assert vectors.encode(np.zeros(vectors.DIM, dtype=np.float32)) == b""
+    assert not vectors.decode([b"", None, b"short"]).any()  # no vector: rows of zeros
+
+
+# --- the optional /v1/embeddings reranker -------------------------------------------------
+
+
+def test_pack_roundtrip_and_cosine() -> None:
+    assert unpack(pack([1.0, -0.5, 0.25])) == [1.0, -0.5, 0.25]
+    assert cosine([1, 0], [1, 0]) == pytest.approx(1.0)
+    assert cosine([1, 0], [0, 1]) == pytest.approx(0.0)
+    assert cosine([0, 0], [1, 0]) == 0.0
+
+
+def test_rerank_orders_this_sessions_candidates_by_meaning() -> None:
+    hits = [Hit(0, 1, 2.0), Hit(0, 2, 1.9), Hit(1, 3, 1.8)]
+    vectors_by_index = {1: [0.0, 1.0], 2: [1.0, 0.0]}
+    reordered = rerank(hits, [1.0, 0.0], vectors_by_index, weight=1.0)
+    assert [h.index for h in reordered] == [2, 3, 1]  # another session's keeps its score
+    assert rerank([], [1.0], {}, weight=0.5) == []

@@ -10,7 +10,7 @@ from gateway.memory.assemble import MEMORY_HEADER
 from gateway.memory.model import Message, Pin, SessionState, Summary, Tiers
 from gateway.memory.service import MemoryService
 from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import Archive, Loaded, Recorded, TailMoved
+from gateway.store.redis_store import Loaded, LogSlice, Recorded, TailMoved
 from gateway.tokens import TokenCounter
 
 
@@ -32,7 +32,20 @@ class FakeStore:
         return replace(self.state, tail=self.state.tail[-tail:])
 
     async def load_turn(self, keys: SessionKeys, tail: int, **_: object) -> Loaded:
-        return Loaded(await self.load(keys, tail), Archive({}, 0, 0, {}), {})
+        state = await self.load(keys, tail)
+        count = self.state.message_count
+        start = count - len(state.tail)
+        log = LogSlice(
+            "g" if count else "", count, start, False, state.tail, (None,) * len(state.tail)
+        )
+        return Loaded(state, log, {})
+
+    async def archive_page(
+        self, keys: SessionKeys, start: int, stop: int, **_: object
+    ) -> tuple[str, int, tuple[Message, ...], tuple[None, ...]]:
+        """Older messages: the fake's state holds the whole log as its tail."""
+        messages = self.state.tail[start : stop + 1]
+        return "g", self.state.message_count, messages, (None,) * len(messages)
 
 
 def history(n: int) -> list[Message]:

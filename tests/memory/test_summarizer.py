@@ -747,3 +747,16 @@ def test_an_answer_reciting_the_start_of_an_instruction_echoes_it() -> None:
     recited = "You are a conversation summarizer. You will summarize the user's message."
     assert echoes_prompt(recited, prompt, "my seat is 14C")
     assert not echoes_prompt("The user's seat is 14C.", prompt, "my seat is 14C")
+
+
+def test_a_chunk_fallback_keeps_what_only_one_message_says() -> None:
+    """Filler that repeats across the chunk gives way to the sentence with its specifics."""
+    from gateway.memory.extract import fallback_chunk, rare_words
+
+    filler = "that sounds really great and lovely honestly"
+    messages = [Message("assistant", f"{filler} number {i}", index=i) for i in range(1, 40)]
+    messages.append(Message("assistant", "we visited the obscure basilica outside town", index=40))
+    assert {"basilica", "obscure", "outside", "visited"} <= rare_words([m.text for m in messages])
+    summary = fallback_chunk(messages)
+    assert "obscure basilica" in summary
+    assert len(summary.split()) <= 200

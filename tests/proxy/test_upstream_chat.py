@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.memory.recall import EmbeddingsUnavailable
+from gateway.memory.rerank import EmbeddingsUnavailable
 from gateway.memory.summarizer import SummarizerUnavailable
 from gateway.proxy.upstream import UpstreamChatModel, UpstreamEmbeddings
 from tests.proxy.local_upstream import RESET, LocalUpstream, Script, local_upstream
