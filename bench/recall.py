@@ -602,6 +602,12 @@ def run_preset(
                     _score_answer(result, fact, ask.through_gateway(client, conversation.id, fact))
                 row.probes.append(result)
             log(f"{preset}: conversation {number}/{len(conversations)} done")
+    _finish(preset, row, relay, started)
+    return row
+
+
+def _finish(preset: str, row: Row | RealRow, relay: CountingRelay, started: float) -> None:
+    """A row's summarizer calls (from the relay's count) and time, logged."""
     calls, row.calls_failed = relay.reset()
     row.calls_by_kind = dict(calls)
     row.llm_calls = sum(calls.values())
@@ -610,7 +616,6 @@ def run_preset(
         f"{preset}: {row.llm_calls} summarizer calls ({row.calls_failed} failed), "
         f"{row.fallbacks} of {row.summaries} stored summaries are fallbacks, {row.seconds:.0f} s"
     )
-    return row
 
 
 # --- Asking a real model ---------------------------------------------------------------
@@ -876,14 +881,7 @@ def run_realtalk_preset(
                         row.results.append(result)
                     done = f"({number}/{len(conversations)})"
                     log(f"{preset} @ {budget}: {conversation.id} asked {done}")
-    calls, row.calls_failed = relay.reset()
-    row.calls_by_kind = dict(calls)
-    row.llm_calls = sum(calls.values())
-    row.seconds = time.monotonic() - started
-    log(
-        f"{preset}: {row.llm_calls} summarizer calls ({row.calls_failed} failed), "
-        f"{row.fallbacks} of {row.summaries} stored summaries are fallbacks, {row.seconds:.0f} s"
-    )
+    _finish(preset, row, relay, started)
     return row
 
 
