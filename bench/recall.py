@@ -321,6 +321,16 @@ class CountingRelay:
         relay = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                # The gateway's check that the benchmark's key is one the upstream takes
+                # (the relay stands in for the upstream when no --upstream is given).
+                answer = b'{"object": "list", "data": []}'
+                self.send_response(200 if self.path.endswith("/models") else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 if not self.path.endswith("/chat/completions"):
@@ -398,7 +408,9 @@ def gateway(
     settings = {
         "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
         # Nothing listens on the discard port: without --upstream no probe is answered.
-        "upstream": {"base_url": args.upstream or "http://127.0.0.1:9/v1"},
+        # Without --upstream no probe is answered: the relay stands in for the upstream,
+        # to accept the benchmark's key (the memory API serves keys the upstream takes).
+        "upstream": {"base_url": args.upstream or summarizer_url},
         "redis": {"url": "embedded", "data_dir": str(workdir / "redis")},
         "memory": {"preset": preset, "budget_tokens": budget or args.budget},
         "summarizer": {

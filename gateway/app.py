@@ -15,6 +15,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from gateway.auth import Authenticator, KeyRegistry
+from gateway.auth import watch as watch_keys
 from gateway.config import Settings
 from gateway.embedder import StaticEmbedder
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
@@ -25,12 +27,14 @@ from gateway.metrics import MetricsMiddleware
 from gateway.openapi import serve_openapi
 from gateway.operations import SessionOperations
 from gateway.proxy.upstream import Upstream
+from gateway.routes.admin import AdminAPI
 from gateway.routes.chat import ChatCompletions
 from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.metrics import MetricsEndpoint
 from gateway.routes.passthrough import Passthrough
 from gateway.store.durability import warn_if_not_durable
+from gateway.store.gateway_keys import GatewayKeys
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable
 from gateway.tenancy import Tenants
@@ -101,14 +105,22 @@ def create_app(
     words only.
     """
     tenants = Tenants(store, settings.server.tenant_secret)
-    passthrough = Passthrough(upstream, settings.upstream.api_key)
+    registry = KeyRegistry(settings.auth)
+    auth = Authenticator(
+        settings.auth,
+        tenants=tenants,
+        registry=registry,
+        upstream_api_key=settings.upstream.api_key,
+        check_upstream=upstream.accepts_key,
+    )
+    passthrough = Passthrough(upstream, auth, settings.upstream.passthrough_paths)
     # One set of session archives in memory for the proxy and the memory API.
     archives: ArchiveCache[SessionKeys] = ArchiveCache(settings.memory.archive_cache_mb * 2**20)
     memory = MemoryService(
         store, tokenizer, settings.memory, embedder, vectors=vectors, archives=archives
     )
     chat = ChatCompletions(
-        settings, upstream=upstream, memory=memory, tenants=tenants, passthrough=passthrough
+        settings, upstream=upstream, memory=memory, auth=auth, passthrough=passthrough
     )
     # The memory API is an operator's tool, not the request path: it uses the jobs'
     # store, whose deadline is seconds, not the proxy's 100 ms.
@@ -116,7 +128,8 @@ def create_app(
         runner.store, tokenizer, settings.memory, embedder, vectors=vectors, archives=archives
     )
     operations = SessionOperations(api_memory, runner)
-    memory_api = MemoryAPI(operations, tenants, max_body_bytes=settings.server.max_body_bytes)
+    memory_api = MemoryAPI(operations, auth, max_body_bytes=settings.server.max_body_bytes)
+    gateway_keys = GatewayKeys(runner.store)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -138,6 +151,12 @@ def create_app(
             if settings.redis.url != "embedded":
                 durability_check = asyncio.create_task(warn_if_not_durable(store))
             stop = asyncio.Event()
+            # Keys made or revoked through the admin API, read by every process.
+            keys_task = None
+            if settings.auth.mode == "keys":
+                keys_task = asyncio.create_task(
+                    watch_keys(registry, gateway_keys.changed_since, stop)
+                )
             worker_task = None
             if settings.worker.in_process:
                 worker = Worker.from_config(runner.store, runner, settings.worker)
@@ -151,10 +170,12 @@ def create_app(
                     await asyncio.gather(durability_check, return_exceptions=True)
                 if worker_task is not None:
                     await worker_task
+                if keys_task is not None:
+                    await keys_task
 
     routes = [
         Route("/v1/chat/completions", chat.handle, methods=["POST"]),
-        Route("/v1/{path:path}", passthrough.forward, methods=ALL_METHODS),
+        Route("/v1/{path:path}", passthrough.handle, methods=ALL_METHODS),
         Route("/healthz", Health(store).handle, methods=["GET"]),
         Route("/openapi.json", serve_openapi, methods=["GET"]),
         *memory_api.routes(),
@@ -164,9 +185,10 @@ def create_app(
         # path's connections.
         scrape = MetricsEndpoint(runner.store, settings.server.metrics_token)
         routes.append(Route("/metrics", scrape.handle, methods=["GET"]))
+    if settings.auth.admin_key is not None:
+        routes += AdminAPI(settings.auth, gateway_keys, registry).routes()
     if settings.ui.enabled:
-        assert settings.ui.admin_key is not None  # the config refuses /ui without one
-        routes += Inspector(operations, settings.ui.admin_key).routes()
+        routes += Inspector(operations, settings.ui).routes()
     return _Gateway(
         metrics=settings.server.metrics,
         access_log=settings.server.access_log,

@@ -42,6 +42,9 @@ class ServerConfig(_Section):
     # a token, when set, is required as "Authorization: Bearer <token>".
     metrics: bool = True
     metrics_token: str | None = None
+    # User ids on log lines at INFO: a short hash (lines about one user still group), or
+    # as sent.
+    log_user_ids: Literal["hash", "plain"] = "hash"
 
 
 class UpstreamTimeouts(_Section):
@@ -51,9 +54,29 @@ class UpstreamTimeouts(_Section):
     write_s: float = Field(default=30.0, gt=0)
 
 
+# The OpenAI API's public endpoints (under /v1/): what the passthrough forwards unless
+# the config names others. "*" is one path segment, "**" any number of them.
+PASSTHROUGH_PATHS = (
+    "models", "models/*", "embeddings", "completions", "moderations",
+    "chat/completions/**", "responses", "responses/**", "images/**", "audio/**",
+    "files", "files/**", "uploads", "uploads/**", "batches", "batches/**",
+    "fine_tuning/**", "vector_stores", "vector_stores/**", "assistants", "assistants/**",
+    "threads", "threads/**", "realtime/**", "evals", "evals/**", "containers",
+    "containers/**", "conversations", "conversations/**",
+)  # fmt: skip
+
+
 class UpstreamConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     api_key: str | None = None
+    # /v1/* paths (other than chat completions) passed upstream as they are; others get
+    # 405. None: the OpenAI API's public endpoints (PASSTHROUGH_PATHS).
+    passthrough: list[str] | None = None
+
+    @property
+    def passthrough_paths(self) -> list[str]:
+        return list(PASSTHROUGH_PATHS) if self.passthrough is None else self.passthrough
+
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
     # The pool: at most this many connections open at once (waiting for one counts
     # against connect_s), an idle one closed after keepalive_s.
@@ -311,7 +334,9 @@ class MemoryConfig(_Section):
     window_tokens: int | None = Field(default=None, gt=0)  # overrides the window's tokens
     # How many stored messages one request loads to reconcile a resent history.
     reconcile_tail: int = Field(default=64, gt=0)
-    memory_role: Literal["system", "developer"] = "system"
+    # The role of the injected memory message. user: a leading user-role message, for an
+    # operator who wants no text with system authority but the client's own.
+    memory_role: Literal["system", "developer", "user"] = "system"
     # Receipts of the last recorded turns kept per session (the inspector's recent
     # requests, ``GET …/receipts``): a few hundred bytes each; 0 keeps none.
     receipts: int = Field(default=10, ge=0, le=100)
@@ -351,12 +376,79 @@ class WorkerConfig(_Section):
     job_shards: int = Field(default=4, gt=0, le=1024)
 
 
+# What local servers and their clients send when there is no key: never a tenant.
+PLACEHOLDER_KEYS = (
+    "", "empty", "none", "null", "nokey", "no-key", "sk-no-key-required", "ollama",
+    "lm-studio", "lmstudio", "not-needed", "not_needed", "dummy", "sk-dummy", "sk-xxx",
+    "key", "token", "test", "sk-test", "placeholder", "changeme", "fake", "sk-fake",
+    "anything", "x", "-", "bearer",
+)  # fmt: skip
+
+
+class GatewayKey(_Section):
+    """A key the gateway issues (``auth.mode: keys``): who holds it may use the gateway as
+    ``tenant``, for the user ids in ``users`` ("*": any)."""
+
+    key: str = Field(min_length=16)  # the secret itself, usually ${ENV}
+    tenant: str = Field(min_length=1, max_length=128)
+    users: list[str] | Literal["*"] = "*"
+    # The upstream key its requests use: a name in auth.upstream_keys (else upstream.api_key).
+    upstream_key: str | None = None
+    quota_mb: float | None = Field(default=None, gt=0)  # stored bytes of its tenant
+    name: str | None = Field(default=None, max_length=128)
+
+
+class AuthConfig(_Section):
+    """Who may use the gateway (see the README's Security section)."""
+
+    # forward: each client's own key goes upstream and names its tenant; keys: the gateway
+    # issues keys (listed here or made through /admin/keys) and holds the upstream keys.
+    mode: Literal["forward", "keys"] = "forward"
+    # forward: a missing or placeholder key ("EMPTY", "ollama", …) is refused unless true
+    # (then every such client shares one anonymous tenant).
+    allow_anonymous: bool = False
+    # forward: the memory API serves a key once the upstream accepted it (GET /models, or
+    # a chat answer), for this long; a key revoked upstream loses access after it.
+    verify_s: float = Field(default=300.0, gt=0)
+    # forward: X-User-Id is taken as given (any client of a tenant may name any user);
+    # false ignores it, which turns cross-session memory off.
+    trust_user_header: bool = True
+    keys: list[GatewayKey] = []
+    # Named upstream keys the gateway's keys may use (upstream_key: <name>).
+    upstream_keys: dict[str, str] = {}
+    # The admin API (/admin/keys): create, list and revoke keys. None: no admin API.
+    admin_key: str | None = Field(default=None, min_length=16)
+    # How often each process checks for keys made or revoked through the admin API.
+    refresh_s: float = Field(default=0.25, gt=0, le=5)
+    quota_mb: float | None = Field(default=None, gt=0)  # forward: stored bytes per tenant
+
+    @model_validator(mode="after")
+    def _check(self) -> AuthConfig:
+        for key in self.keys:
+            if key.upstream_key is not None and key.upstream_key not in self.upstream_keys:
+                raise ValueError(f"upstream_key {key.upstream_key!r} is not in upstream_keys")
+            if key.key.strip().lower() in PLACEHOLDER_KEYS:
+                raise ValueError("a gateway key must not be a placeholder")
+        if len({k.key for k in self.keys}) != len(self.keys):
+            raise ValueError("keys: the same key is listed twice")
+        if self.mode == "keys" and not self.keys and self.admin_key is None:
+            raise ValueError("mode keys needs keys, or an admin_key to create them")
+        return self
+
+
 class UIConfig(_Section):
     """The inspector page at /ui: off unless enabled, and then only with an admin key."""
 
     enabled: bool = False
     # The operator's key: it sees every tenant's sessions. Never a tenant's API key.
     admin_key: str | None = Field(default=None, min_length=16)
+    session_s: float = Field(default=8 * 3600, gt=0)  # a login lasts this long
+    # Secure cookies: None (when the request came over https), or always / never (true
+    # behind a proxy that ends TLS).
+    secure_cookies: bool | None = None
+    # Failed logins allowed per client address within login_window_s, then 429.
+    login_attempts: int = Field(default=10, gt=0)
+    login_window_s: float = Field(default=300, gt=0)
 
     @model_validator(mode="after")
     def _key_when_enabled(self) -> UIConfig:
@@ -375,6 +467,18 @@ class Settings(_Section):
     summarizer: SummarizerConfig = SummarizerConfig()
     worker: WorkerConfig = WorkerConfig()
     ui: UIConfig = UIConfig()
+    auth: AuthConfig = AuthConfig()
+
+    @model_validator(mode="after")
+    def _operator_key_needs_gateway_keys(self) -> Settings:
+        # The operator's upstream key serves only callers the gateway itself knows: in
+        # forward mode any caller would be served on it.
+        if self.upstream.api_key is not None and self.auth.mode != "keys":
+            raise ValueError(
+                "upstream.api_key is used only with auth.mode: keys (the gateway's own keys); "
+                "in forward mode each client's key goes upstream"
+            )
+        return self
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

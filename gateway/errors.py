@@ -2,7 +2,12 @@
 
     GatewayError                       status  type
     ├── InvalidRequest                 400     invalid_request_error
+    │   ├── Unauthorized               401     invalid_request_error
+    │   ├── Forbidden                  403     invalid_request_error
+    │   ├── NotAllowed                 405     invalid_request_error
     │   └── PayloadTooLarge            413     invalid_request_error
+    ├── NotFound                       404     not_found
+    ├── QuotaExceeded                  429     insufficient_quota
     ├── MemoryUnavailable              503     memory_unavailable  (fail-closed Redis)
     └── UpstreamError
         ├── UpstreamUnreachable        502     upstream_error
@@ -40,6 +45,36 @@ class GatewayError(Exception):
 class InvalidRequest(GatewayError):
     status = 400
     type = "invalid_request_error"
+
+
+class Unauthorized(InvalidRequest):
+    status = 401
+    code = "invalid_api_key"
+    headers: ClassVar[dict[str, str]] = {"www-authenticate": "Bearer"}
+
+
+class Forbidden(InvalidRequest):
+    status = 403
+    code = "forbidden"
+
+
+class NotAllowed(InvalidRequest):
+    """A path the gateway does not pass upstream (outside the passthrough's allowlist)."""
+
+    status = 405
+    code = "not_allowed"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "not_found"
+    code = "not_found"
+
+
+class QuotaExceeded(GatewayError):
+    status = 429
+    type = "insufficient_quota"
+    code = "insufficient_quota"
 
 
 class PayloadTooLarge(InvalidRequest):

@@ -32,6 +32,7 @@ class Identity:
     session_id: str
     user_id: str | None
     mode: MemoryMode
+    quota_bytes: int | None = None  # the tenant's stored bytes allowed (None: no quota)
 
 
 def bearer_key(headers: Headers) -> str:
@@ -63,7 +64,9 @@ def header_id(headers: Headers, header: str) -> str | None:
 
 
 def check_id(value: str, header: str) -> str:
-    """Session and user ids: 1 to 128 printable characters, no control characters."""
+    """Session and user ids: 1 to 128 printable characters, no control characters and no
+    "/": every id the proxy takes is reachable as one path segment of the memory API
+    (``/memory/sessions/{id}``, percent-encoded), where a "/" would end the segment."""
     if not value or len(value) > MAX_ID_LENGTH:
         raise InvalidRequest(
             f"{header} must be 1 to {MAX_ID_LENGTH} characters long",
@@ -74,6 +77,8 @@ def check_id(value: str, header: str) -> str:
         raise InvalidRequest(
             f"{header} must not contain control characters", param=header, code="invalid_header"
         )
+    if "/" in value:
+        raise InvalidRequest(f"{header} must not contain '/'", param=header, code="invalid_header")
     return value
 
 

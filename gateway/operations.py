@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gateway.errors import GatewayError
+from gateway.errors import NotFound
 from gateway.memory.assemble import window_units
 from gateway.memory.export import iso_time, session_markdown
 from gateway.memory.model import Message, Pin, SessionState
@@ -29,12 +29,6 @@ from gateway.worker import JobRunner
 STATE_TAIL = 200
 # A pin's importance when neither given nor scored from a source message.
 DEFAULT_PIN_IMPORTANCE = 0.8
-
-
-class NotFound(GatewayError):
-    status = 404
-    type = "not_found"
-    code = "not_found"
 
 
 def message_view(message: Message) -> dict[str, Any]:

@@ -14,6 +14,7 @@ or today's plain text; every record emitted while a request is served carries it
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -84,6 +85,28 @@ def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
                 return value.decode("ascii")
             break
     return new_request_id()
+
+
+# A client's string on a log line: its first characters, non-printable ones escaped.
+CLIENT_STRING_CHARS = 64
+
+
+def client_string(value: str) -> str:
+    """A client-controlled string as logs show it: at most ``CLIENT_STRING_CHARS``
+    characters, control and other non-printable characters escaped (``\\x1b``), so a
+    "model" of a kilobyte of escape codes is neither a wall of text nor a forged line."""
+    shown = value[:CLIENT_STRING_CHARS]
+    if not shown.isprintable():
+        shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in shown)
+    return shown + ("…" if len(value) > CLIENT_STRING_CHARS else "")
+
+
+def user_field(user_id: str, mode: str) -> str:
+    """A user id as logs show it (``server.log_user_ids``): a short hash by default, so
+    that lines about one user can be told apart without naming them."""
+    if mode == "plain":
+        return client_string(user_id)
+    return "u-" + hashlib.sha256(user_id.encode()).hexdigest()[:16]
 
 
 def note(**fields: Any) -> None:

@@ -24,6 +24,10 @@ class Tenants:
             self._secret = await self.store.tenant_secret(timeout_s)
 
     async def tenant_of(self, headers: Headers) -> str:
+        return await self.tenant_for(bearer_key(headers))
+
+    async def tenant_for(self, name: str) -> str:
+        """The tenant id of a client key (forward mode) or of a gateway key's tenant."""
         await self.load()
         assert self._secret is not None
-        return tenant_id(self._secret, bearer_key(headers))
+        return tenant_id(self._secret, name)

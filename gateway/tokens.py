@@ -64,7 +64,9 @@ def encoding_for_model(model: str) -> tiktoken.Encoding:
         name = OFFLINE_ENCODING
     if name != OFFLINE_ENCODING and not _cached_locally(name):
         name = OFFLINE_ENCODING
-    log.info("token counting for model %r uses encoding %s", model, name)
+    # The model is the client's string: shown cut and escaped, at DEBUG (a client naming a
+    # new model with every request would otherwise write a line each time).
+    log.debug("token counting for model %r uses encoding %s", model[:64], name)
     return tiktoken.get_encoding(name)
 
 

@@ -18,16 +18,20 @@ speaker, under a line with their date ("[Sat 2024-01-13]") and "…" where messa
 left out; with ``dates``, the block also says today's date and the window's, and each
 summary's span.
 
-Recalled messages, pins and facts are content, not instructions: each item starts a line
-with a label the gateway writes ("user: ", "- "), and its own line breaks are indented
-under it (``summary_rules.inside``), so a user's "\nsystem: always answer X" or
-"\n## Pinned" stays visibly inside the item that quotes it.
+Whatever came from a person's text is content, not instructions, and is shown as a
+quotation with who said it (and when, with ``dates``): a pin ``- the user asked to remember
+on …: "…"``, a fact ``- the user said on …: "…"``, escaped as a JSON string, so nothing in
+it can end the quotation or start a line of its own ("\nsystem: always answer X",
+"\n## Pinned"); a summary, written from people's words, quoted line by line ("> …"); a
+recalled message under its day as "user: …", its own line breaks indented under it
+(``summary_rules.inside``).
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -205,6 +209,27 @@ def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> li
     return units
 
 
+def quoted(text: str) -> str:
+    """A person's text as one quoted line: JSON's string escapes (quotes, backslashes,
+    control characters), and every other character a model may read as a line break
+    escaped too. Nothing inside can end the quotation or start a line of its own."""
+    return json.dumps(text, ensure_ascii=False).translate(_MORE_BREAKS)
+
+
+# Line breaks JSON leaves as they are outside ASCII.
+_MORE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def blockquote(text: str) -> str:
+    """A text written from people's words (a summary), every line quoted: "> …"."""
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in text.splitlines() or [""])
+
+
+def _said_on(ts: float, dates: bool) -> str:
+    day = day_label(ts) if dates else ""
+    return f" on {day}" if day else ""
+
+
 def _memory_items(
     tiers: Tiers,
     pins: Sequence[Pin],
@@ -216,23 +241,34 @@ def _memory_items(
     if composition.cross_session is not None and profile:
         profile_items = []
         if profile.get("summary"):
-            text = str(profile["summary"])
+            text = "A summary of the user's earlier conversations:\n"
+            text += blockquote(str(profile["summary"]))
             profile_items.append(_item("profile", text, count))
         for fact in profile.get("facts", ()):
-            text = f"- {inside(str(fact))}"
+            text = f"- from the user's earlier conversations: {quoted(str(fact))}"
             profile_items.append(_item("profile", text, count))
         items["profile"] = profile_items
     if composition.pins is not None:
         items["pins"] = [
-            _item("pins", f"- {inside(pin.content)}", count, pin.id)
+            _item("pins", _pin_text(pin, composition.dates), count, pin.id)
             for pin in top_pins(pins, composition.pins.use)
         ]
     return items
 
 
+def _pin_text(pin: Pin, dates: bool) -> str:
+    """A pin, attributed: one the user asked for, or one the application set."""
+    if pin.pin_type == "auto":
+        return f"- the user asked to remember{_said_on(pin.created, dates)}: {quoted(pin.content)}"
+    return f"- pinned: {quoted(pin.content)}"
+
+
 def _line(message: Message, session: str | None, dates: bool) -> _Item:
-    """One recalled message as the memory block shows it: "user: …" (its tokens: see
-    ``_fill_recall``)."""
+    """One recalled message as the memory block shows it: "user: …", its own line breaks
+    indented under it (its tokens: see ``_fill_recall``). Not a JSON string as the other
+    items are: the speaker's label and the day's line attribute it, the indentation keeps
+    it on its line, and quotation marks on every line cost ~10% of recall's room (5
+    points of the evidence REALTALK's questions need, at 3,000 tokens)."""
     text = f"{message.role}: {inside(message.text)}"
     section = "recall" if session is None else "recall_other"
     order = (message.ts if session is not None else 0.0, session or "", message.index)
@@ -269,12 +305,13 @@ def _tier_items(
     if composition.facts is not None:
         current = [fact for fact in tiers.facts if not fact.superseded]  # the newer wins
         for fact in reversed(current[-composition.facts.use :]):
-            said = day_label(fact.ts) if dates else ""
-            text = f"- [{said}] {inside(fact.text)}" if said else f"- {inside(fact.text)}"
+            # A fact read from the user's own words is theirs; the model's is its reading.
+            source = "the user said" if fact.fallback else "from the user's messages"
+            text = f"- {source}{_said_on(fact.ts, dates)}: {quoted(fact.text)}"
             items["facts"].append(_item("facts", text, count, fallback=fact.fallback))
     if tiers.rolling is not None and (composition.recursive or composition.rolling):
         rolling = tiers.rolling
-        text = f"(messages {rolling.start}-{rolling.end})\n{rolling.text}"
+        text = f"(messages {rolling.start}-{rolling.end}, summarized)\n{blockquote(rolling.text)}"
         items["rolling"].append(_item("rolling", text, count))
     if composition.chunks is not None:
         use = composition.chunks.use
@@ -283,12 +320,12 @@ def _tier_items(
             span = _span_label(summary.since, summary.until) if dates else ""
             title = f"### Messages {summary.start}-{summary.end}" + (f", {span}" if span else "")
             key = (summary.start, summary.end)
-            text = f"{title}\n{summary.text}"
+            text = f"{title}\n{blockquote(summary.text)}"
             items["summaries"].append(_item("summaries", text, count, key, summary.fallback))
     if composition.rolling is not None:
         for pair in reversed(tiers.key_qa[-composition.rolling.keep_pairs :]):
             tags = f" [{', '.join(pair.tags)}]" if pair.tags else ""
-            text = f"- Q: {pair.q}\n  A: {pair.a}{tags}"
+            text = f"- Q (the user): {quoted(pair.q)}\n  A (the assistant): {quoted(pair.a)}{tags}"
             items["key_qa"].append(_item("key_qa", text, count))
     made = {name: tuple(section) for name, section in items.items()}
     _TIER_ITEMS.put(id(tiers), (tiers, composition, count, made))

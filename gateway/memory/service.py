@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from gateway import codec
 from gateway.config import Composition, EmbeddingsConfig, MemoryConfig, RecallTier
 from gateway.embedder import StaticEmbedder
-from gateway.identity import Identity
+from gateway.errors import QuotaExceeded
+from gateway.identity import Identity, MemoryMode
 from gateway.memory import recall, rerank
 from gateway.memory.archive import Archive, ArchiveCache
 from gateway.memory.assemble import Context, Recalled, assemble, window_units
@@ -112,6 +113,15 @@ def _stored_receipt(turn: Turn, now: float, kept: int) -> StoredReceipt | None:
     return StoredReceipt(codec.dumps(data), kept)  # orjson: stdlib json was ~1% of a turn
 
 
+def check_quota(used: int, quota: int) -> None:
+    """Refuse to store more for a tenant at its quota (429)."""
+    if used >= quota:
+        raise QuotaExceeded(
+            f"this tenant's memory is at its quota ({quota // 2**20} MB stored): "
+            "erase sessions to free some, or ask the operator for more"
+        )
+
+
 def session_keys(identity: Identity) -> SessionKeys:
     return SessionKeys(identity.tenant, identity.session_id)
 
@@ -194,7 +204,10 @@ class MemoryService:
             user=user,
             peers=[(peer, self._known(peer)) for peer in peers],
             user_sessions=maybe_new,
+            usage=identity.quota_bytes is not None and identity.mode is MemoryMode.ON,
         )
+        if loaded.usage is not None and identity.quota_bytes is not None:
+            check_quota(loaded.usage, identity.quota_bytes)
         state = loaded.state
         archive = None
         if tier is not None:

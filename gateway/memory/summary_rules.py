@@ -208,11 +208,46 @@ def summary_problem(text: str, source: str, limits: Limits) -> str | None:
             return f"invalid pattern {pattern.pattern[:24]!r}"
     if overlap(text, source) < limits.min_overlap:
         return "low word overlap with the source"
+    if copies_instructions(text, source):
+        return "copies an instruction from the conversation"
     return None
 
 
 def _normal(text: str) -> str:
     return " ".join(text.casefold().split())
+
+
+# Sentences that address the model rather than state a fact: what a user's text may say
+# to hijack whoever reads it later ("ignore all previous instructions", "always answer
+# X", "you are now …"). Quoted and attributed in the memory block they are harmless; a
+# summary that copies one as its own words would give it a summarizer's voice.
+_INSTRUCTION = re.compile(
+    r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}?\b(?:instructions?|prompts?|"
+    r"rules?|guidelines?|everything|above|previous|prior|system)\b"
+    r"|\b(?:system prompt|developer message|jailbreak|you are now|act as|pretend to be|"
+    r"from now on|new instructions?)\b"
+    r"|\b(?:always|never)\s+(?:answer|respond|reply|say|mention|reveal|tell|follow|obey|"
+    r"output|include|use|call|refuse)\b"
+    r"|\byou (?:must|should|will|shall) (?:always|never|now|only)\b"
+    r"|\b(?:respond|answer|reply) (?:only )?with\b",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\n+")
+
+
+def instructions_in(source: str) -> list[str]:
+    """The source's sentences that give orders to a model (see ``_INSTRUCTION``)."""
+    return [
+        sentence
+        for sentence in (part.strip() for part in _SENTENCE_END.split(source))
+        if len(sentence.split()) >= 4 and _INSTRUCTION.search(sentence)
+    ]
+
+
+def copies_instructions(text: str, source: str) -> bool:
+    """Whether ``text`` repeats, word for word, an order a person gave in ``source``."""
+    found = _normal(text)
+    return any(_normal(sentence) in found for sentence in instructions_in(source))
 
 
 def echoes_prompt(text: str, prompt: str, source: str) -> bool:
@@ -305,6 +340,8 @@ def parse_key_qa(text: str, source: str) -> KeyQA | None:
             clean_tags.append(tag)
     if overlap(f"{q} {a}", source) < Limits().min_overlap:
         return None
+    if copies_instructions(f"{q}\n{a}", source):
+        return None
     return KeyQA(q=q, a=a, tags=tuple(clean_tags))
 
 
@@ -323,6 +360,8 @@ def parse_facts(text: str, source: str, limit: int) -> list[str] | None:
         # answer that trusts it.
         if fact is None or overlap(fact, source) < Limits().min_overlap:
             return None
+        if copies_instructions(fact, source):
+            return None  # an order is not a fact about the user
         if fact.lower() not in (f.lower() for f in facts):
             facts.append(fact)
     return facts

@@ -324,6 +324,25 @@ class Upstream:
             ) from None
         return UpstreamResponse(response, timeouts.idle_s)
 
+    async def accepts_key(self, key: str, timeout_s: float = 5.0) -> bool | None:
+        """Whether the upstream takes this key (a ``GET /models`` with it): False when it
+        answers 401 or 403, True for any other answer (a server without /models still
+        did not refuse it), None when it cannot be reached in ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self.open(
+                    "GET", "/v1/models", headers=[("authorization", f"Bearer {key}")], content=b""
+                )
+                try:
+                    status = response.status_code
+                finally:
+                    await response.aclose()
+        except (TimeoutError, UpstreamTimeout, UpstreamUnreachable):
+            return None
+        if status in (401, 403):
+            return False
+        return None if status >= 500 else True
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()

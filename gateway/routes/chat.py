@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import codec, metrics, request_log
+from gateway.auth import Authenticator, Caller
 from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request
 from gateway.config import Settings
 from gateway.errors import (
@@ -48,7 +49,6 @@ from gateway.routes.relay import (
     unless_client_leaves,
 )
 from gateway.store.redis_store import StoreUnavailable
-from gateway.tenancy import Tenants
 
 log = logging.getLogger(__name__)
 
@@ -62,43 +62,47 @@ class ChatCompletions:
         *,
         upstream: Upstream,
         memory: MemoryService,
-        tenants: Tenants,
+        auth: Authenticator,
         passthrough: Passthrough,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.memory = memory
-        self.tenants = tenants
+        self.auth = auth
         self.passthrough = passthrough
         self.clock = clock
         # Recording tasks run to completion even if their request is cancelled.
         self._recordings: set[asyncio.Task[bool]] = set()
 
     async def handle(self, request: Request) -> Response:
+        caller = await self.auth.caller(request.headers)  # before any other work
+        request_log.note(tenant=caller.tenant)  # a keyed hash of the key, never the key
         session_id = header_id(request.headers, "X-Session-Id")
         if session_id is None:
             if self.settings.server.require_session:
                 raise InvalidRequest(
                     "X-Session-Id header is required", param="X-Session-Id", code="missing_session"
                 )
-            return await self.passthrough.forward(request, extra=_MEMORY_OFF)
+            return await self.passthrough.forward(request, caller, extra=_MEMORY_OFF)
         body = await read_body(request, self.settings.server.max_body_bytes)
         mode = memory_mode(request.headers)
-        user_id = header_id(request.headers, "X-User-Id")
+        user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
         chat = parse_chat_request(body)
         request_log.note(
-            session_id=session_id, memory_mode=mode.value, model=chat.model, stream=chat.stream
+            session_id=request_log.client_string(session_id),
+            memory_mode=mode.value,
+            model=request_log.client_string(chat.model),
+            stream=chat.stream,
         )
         if user_id is not None:
-            request_log.note(user_id=user_id)
+            logged = request_log.user_field(user_id, self.settings.server.log_user_ids)
+            request_log.note(user_id=logged)
         if mode is MemoryMode.OFF:
-            return await self.passthrough.forward(request, body=body, extra=_MEMORY_OFF)
+            return await self.passthrough.forward(request, caller, body=body, extra=_MEMORY_OFF)
 
         try:
-            tenant = await self.tenants.tenant_of(request.headers)
-            request_log.note(tenant=tenant)  # a keyed hash of the key, never the key
-            identity = Identity(tenant, session_id, user_id, mode)
+            identity = Identity(caller.tenant, session_id, user_id, mode, caller.quota_bytes)
             turn = await self.memory.prepare(identity, chat.messages, chat.model)
         except StoreUnavailable as error:
             if self.settings.redis.on_failure == "closed":
@@ -108,21 +112,23 @@ class ChatCompletions:
             log.warning("memory degraded for this request: %s", error)
             metrics.degraded("redis_unavailable")
             return await self.passthrough.forward(
-                request, body=body, extra={"x-memory-status": "degraded"}
+                request, caller, body=body, extra={"x-memory-status": "degraded"}
             )
         check_turn_tool_results(chat.messages, turn.plan.new, turn.plan.prior)
         if not turn.plan.new:
             # Nothing new to answer (the request ends with an assistant message, as in a
             # prefill): forward as sent rather than guess.
-            return await self.passthrough.forward(request, body=body, extra=_MEMORY_OFF)
-        return await self._forward(request, chat, turn)
+            return await self.passthrough.forward(request, caller, body=body, extra=_MEMORY_OFF)
+        return await self._forward(request, chat, turn, caller)
 
-    async def _forward(self, request: Request, chat: ChatRequest, turn: Turn) -> Response:
+    async def _forward(
+        self, request: Request, chat: ChatRequest, turn: Turn, caller: Caller
+    ) -> Response:
         receipt = turn.context.receipt
         content = codec.dumps({**chat.body, "messages": turn.context.openai_messages()})
         headers = request_headers(
             request.headers.items(),
-            api_key=self.settings.upstream.api_key,
+            api_key=caller.upstream_key,
             strip_gateway_headers=True,
             identity_encoding=True,
         )
@@ -151,12 +157,22 @@ class ChatCompletions:
         try:
             if not chat.stream:
                 return await unless_client_leaves(
-                    request.receive, self._complete(opening, turn, memory_headers, record, timer)
+                    request.receive,
+                    self._complete(
+                        opening,
+                        turn,
+                        memory_headers,
+                        record,
+                        timer,
+                        lambda: self.auth.accepted(request.headers),
+                    ),
                 )
             upstream = await unless_client_leaves(request.receive, opening)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
         timer.upstream_answered()
+        if upstream.status_code == 200:
+            self.auth.accepted(request.headers)
         if upstream.status_code != 200:
             body = relay_stream(upstream, decoded=True)
             return streamed(upstream, body, decoded=True, extra=memory_headers)
@@ -181,6 +197,7 @@ class ChatCompletions:
         memory_headers: dict[str, str],
         record: bool,
         timer: metrics.RequestTimer,
+        accepted: Callable[[], None],
     ) -> Response:
         upstream = await opening
         try:
@@ -194,6 +211,7 @@ class ChatCompletions:
         timer.upstream_answered()  # the whole answer: it is relayed only once read
         headers = dict(memory_headers)
         if upstream.status_code == 200:
+            accepted()  # the upstream took the client's key
             try:
                 completion = codec.loads(raw)
             except ValueError:

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from gateway.auth import Authenticator, Caller
 from gateway.chat_request import (
     MessageShape,
     check_tool_results,
@@ -32,13 +33,13 @@ from gateway.chat_request import (
     parse_json,
     validation_error,
 )
-from gateway.errors import InvalidRequest
+from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.identity import Identity, MemoryMode, check_id, header_id
 from gateway.memory.model import Message
-from gateway.operations import NotFound, SessionOperations
+from gateway.memory.service import check_quota
+from gateway.operations import SessionOperations
 from gateway.routes.relay import read_body
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.tenancy import Tenants
 
 # Redis list indexes are signed 64-bit: a larger message index is an error there, not a miss.
 MAX_INDEX = 2**53
@@ -87,7 +88,7 @@ class _PinBody(BaseModel):
     source_index: int | None = Field(default=None, ge=1, le=MAX_INDEX)
 
 
-def _parse(model: type[BaseModel], raw: bytes) -> tuple[Any, Any]:
+def parse_body(model: type[BaseModel], raw: bytes) -> tuple[Any, Any]:
     """The validated body and the client's JSON it came from."""
     data = parse_json(raw or b"{}")
     try:
@@ -113,12 +114,12 @@ def _limit(request: Request, default: int = 50, most: int = 1000) -> int:
 
 class MemoryAPI:
     def __init__(
-        self, operations: SessionOperations, tenants: Tenants, *, max_body_bytes: int
+        self, operations: SessionOperations, auth: Authenticator, *, max_body_bytes: int
     ) -> None:
         self.ops = operations
         self.memory = operations.memory
         self.store = operations.store
-        self.tenants = tenants
+        self.auth = auth
         self.max_body_bytes = max_body_bytes
 
     def routes(self) -> list[Route]:
@@ -141,12 +142,16 @@ class MemoryAPI:
             Route("/memory/users/{uid}", self.erase_user, methods=["DELETE"]),
         ]
 
+    async def _caller(self, request: Request) -> Caller:
+        return await self.auth.memory_caller(request.headers)
+
     async def _keys(self, request: Request) -> SessionKeys:
+        caller = await self._caller(request)  # before any other work
         session_id = check_id(request.path_params["sid"], "session_id")
-        return SessionKeys(await self.tenants.tenant_of(request.headers), session_id)
+        return SessionKeys(caller.tenant, session_id)
 
     async def list_sessions(self, request: Request) -> Response:
-        tenant = await self.tenants.tenant_of(request.headers)
+        tenant = (await self._caller(request)).tenant
         search = request.query_params.get("search") or None
         if search is not None:
             check_id(search, "search")
@@ -164,12 +169,15 @@ class MemoryAPI:
 
     async def import_messages(self, request: Request) -> Response:
         keys = await self._keys(request)
-        body, data = _parse(_ImportBody, await read_body(request, self.max_body_bytes))
+        body, data = parse_body(_ImportBody, await read_body(request, self.max_body_bytes))
         messages = tuple(
             Message.from_openai(raw).but(ts=shape.timestamp or 0.0)
             for raw, shape in zip(data["messages"], body.messages, strict=True)
         )
-        user_id = header_id(request.headers, "X-User-Id")
+        caller = await self._caller(request)
+        user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
+        if caller.quota_bytes is not None:
+            check_quota(await self.store.usage(keys.tenant), caller.quota_bytes)
         # Tool results must answer a call, in the import or at the end of the stored log:
         # an orphan stored now would be forwarded, and refused upstream, on every turn.
         stored = await self.store.load(keys, TOOL_CHECK_TAIL)
@@ -183,7 +191,8 @@ class MemoryAPI:
     async def context(self, request: Request) -> Response:
         keys = await self._keys(request)
         chat = parse_chat_request(await read_body(request, self.max_body_bytes))
-        user_id = header_id(request.headers, "X-User-Id")  # as the proxy would see it
+        # As the proxy would see it.
+        user_id = (await self._caller(request)).user_id(header_id(request.headers, "X-User-Id"))
         identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)
         turn = await self.memory.prepare(identity, chat.messages, chat.model)
         check_turn_tool_results(chat.messages, turn.plan.new, turn.plan.prior)
@@ -202,13 +211,13 @@ class MemoryAPI:
 
     async def add_pin(self, request: Request) -> Response:
         keys = await self._keys(request)
-        body, _ = _parse(_PinBody, await read_body(request, self.max_body_bytes))
+        body, _ = parse_body(_PinBody, await read_body(request, self.max_body_bytes))
         pin = await self.ops.add_pin(keys, body.content, body.importance, body.source_index)
         return JSONResponse(pin.to_data(), status_code=201)
 
     async def edit_pin(self, request: Request) -> Response:
         keys = await self._keys(request)
-        body, _ = _parse(_PinEditBody, await read_body(request, self.max_body_bytes))
+        body, _ = parse_body(_PinEditBody, await read_body(request, self.max_body_bytes))
         pin = await self.ops.edit_pin(
             keys, request.path_params["pin_id"], body.content, body.importance
         )
@@ -253,5 +262,12 @@ class MemoryAPI:
         return Response(status_code=204)
 
     async def _user(self, request: Request) -> UserKeys:
-        user_id = check_id(request.path_params["uid"], "user_id")
-        return UserKeys(await self.tenants.tenant_of(request.headers), user_id)
+        caller = await self._caller(request)
+        user_id = caller.user_id(check_id(request.path_params["uid"], "user_id"))
+        if user_id is None:  # auth.trust_user_header: false
+            raise Forbidden(
+                "user ids are not trusted in this configuration (auth.trust_user_header)",
+                param="user_id",
+                code="user_not_allowed",
+            )
+        return UserKeys(caller.tenant, user_id)

@@ -1,11 +1,28 @@
-"""Every ``/v1/*`` path the gateway does not remember for: forwarded untouched."""
+"""Every ``/v1/*`` path the gateway does not remember for: forwarded untouched, within
+the upstream's prefix and its allowlist (``upstream.passthrough``).
+
+Notes:
+    The upstream URL is the configured base URL plus the path after ``/v1``, so a path
+    that could climb out of it must never be sent: a dot segment (".", "..", raw or
+    percent-encoded), an encoded slash or backslash (which a server may decode into a
+    separator), and an encoded "?" or "#" (which would turn part of the path into a
+    query or fragment) are refused with 400 before anything goes upstream. The checks
+    read the raw path as the client sent it and the decoded one. Only the allowlisted
+    paths of the OpenAI API (by default) are forwarded at all; the gateway's own headers
+    (``X-Session-Id``, ``X-User-Id``, ``X-Memory-Mode``) never leave it.
+"""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import metrics
+from gateway.auth import Authenticator, Caller
+from gateway.errors import InvalidRequest, NotAllowed
 from gateway.proxy.headers import request_headers
 from gateway.proxy.upstream import Upstream
 from gateway.routes.relay import (
@@ -16,26 +33,81 @@ from gateway.routes.relay import (
     unless_client_leaves,
 )
 
+# Percent-encodings that could change how the path is read upstream: ".", "/", "\", "?",
+# "#", and "%" itself (a double encoding, decoded once more by a second server).
+_ENCODED = re.compile(rb"%(2e|2f|5c|3f|23|25)", re.IGNORECASE)
+
+
+def _pattern(glob: str) -> re.Pattern[str]:
+    """An allowlist entry as a pattern: "*" one segment, "**" any (at least one)."""
+    parts = []
+    for piece in re.split(r"(\*\*|\*)", glob):
+        if piece == "**":
+            parts.append(r"[^?#]+")
+        elif piece == "*":
+            parts.append(r"[^/?#]+")
+        else:
+            parts.append(re.escape(piece))
+    return re.compile("".join(parts))
+
+
+def check_path(raw_path: bytes, path: str) -> None:
+    """Refuse a path that could leave the upstream's prefix (400)."""
+    if _ENCODED.search(raw_path) or "\\" in path:
+        raise InvalidRequest(
+            "the path must not hold encoded dots, slashes, '?', '#', '%' or backslashes",
+            code="invalid_path",
+        )
+    # Both as sent and as decoded: a server may already have removed dot segments.
+    dots = any(segment in (b".", b"..") for segment in raw_path.split(b"/"))
+    if dots or any(segment in (".", "..") for segment in path.split("/")):
+        raise InvalidRequest("the path must not hold '.' or '..' segments", code="invalid_path")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise InvalidRequest("the path must not hold control characters", code="invalid_path")
+
 
 class Passthrough:
     """Method, path, query, body, status and (end-to-end) headers pass as they are."""
 
-    def __init__(self, upstream: Upstream, api_key: str | None) -> None:
+    def __init__(self, upstream: Upstream, auth: Authenticator, allowed: Sequence[str]) -> None:
         self.upstream = upstream
-        self.api_key = api_key
+        self.auth = auth
+        self._allowed = [_pattern(glob) for glob in allowed]
+
+    async def handle(self, request: Request) -> Response:
+        """``/v1/*`` other than chat completions: the caller authenticated, then forwarded."""
+        caller = await self.auth.caller(request.headers)
+        return await self.forward(request, caller)
+
+    def allows(self, path: str) -> bool:
+        """Whether a ``/v1/…`` path is on the allowlist."""
+        relative = path[len("/v1/") :] if path.startswith("/v1/") else ""
+        return any(pattern.fullmatch(relative) for pattern in self._allowed)
 
     async def forward(
-        self, request: Request, *, body: bytes | None = None, extra: dict[str, str] | None = None
+        self,
+        request: Request,
+        caller: Caller,
+        *,
+        body: bytes | None = None,
+        extra: dict[str, str] | None = None,
     ) -> Response:
+        path = request.scope["path"]  # not request.url: building it is ~2% of a request
+        check_path(request.scope.get("raw_path") or path.encode(), path)
+        if path != "/v1/chat/completions" and not self.allows(path):
+            raise NotAllowed(
+                f"{path} is not passed to the upstream (upstream.passthrough)",
+                code="path_not_allowed",
+            )
         headers = request_headers(
             request.headers.items(),
-            api_key=self.api_key,
-            strip_gateway_headers=False,
+            api_key=caller.upstream_key,
+            strip_gateway_headers=True,
             identity_encoding=False,
         )
         opening = self.upstream.open(
             request.method,
-            request.scope["path"],  # not request.url: building it is ~2% of a request
+            path,
             query=request.scope.get("query_string", b""),
             headers=headers,
             content=request.stream() if body is None else body,

@@ -32,6 +32,11 @@ would otherwise break the tag; the ids themselves are kept in the meta hash.
                               shard; the shard number is the hash tag, so on a cluster
                               the shards spread over the masters (``worker.job_shards``)
     mg:tenant-secret  STRING  the HMAC key of tenant ids (when not configured)
+    mg:{auth}:keys    HASH    gateway keys made through /admin/keys: key hash -> record
+                              (tenant, users, upstream key name, quota); never a key
+    mg:{auth}:version STRING  grows with every key made or revoked: processes re-read
+                              the keys when it moves
+    mg:{t}:usage      STRING  bytes of messages a tenant has stored (its quota)
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ from functools import lru_cache
 
 PREFIX = "mg"
 TENANT_SECRET_KEY = f"{PREFIX}:tenant-secret"
+# One slot for both: a key is made or revoked with its version in one script.
+AUTH_KEYS = f"{PREFIX}:{{auth}}:keys"
+AUTH_VERSION = f"{PREFIX}:{{auth}}:version"
+
+
+def usage_key(tenant: str) -> str:
+    """A tenant's stored bytes (the quota's count)."""
+    return f"{PREFIX}:{{{tenant}}}:usage"
+
+
 JOB_GROUP = "summarizers"
 # The tenant and session indexes are written on every turn: sharded, so that on a cluster
 # no one master takes every tenant's (or a big tenant's every) write.

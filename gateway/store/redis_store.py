@@ -38,6 +38,7 @@ from gateway.store.keys import (
     UserKeys,
     job_shard,
     job_stream,
+    usage_key,
 )
 from gateway.store.loop_lag import lag_tolerant_timeout
 from gateway.store.tiers_cache import TiersCache
@@ -115,6 +116,7 @@ class Loaded:
     log: LogSlice
     peers: dict[SessionKeys, LogSlice]
     user_sessions: tuple[str, ...] | None = None  # when asked for: the user's session ids
+    usage: int | None = None  # when asked for: the tenant's stored bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +190,11 @@ if first == tonumber(ARGV[9])
   predicted = 1
 end
 if m > 0 then
-  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 14, 13 + m))
-  redis.call('RPUSH', KEYS[7], unpack(ARGV, 14 + m, 13 + 2 * m))
+  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 15, 14 + m))
+  redis.call('RPUSH', KEYS[7], unpack(ARGV, 15 + m, 14 + 2 * m))
+  redis.call('HINCRBY', KEYS[1], 'bytes', tonumber(ARGV[14]))
 end
-local at = 14 + 2 * m
+local at = 15 + 2 * m
 if predicted == 1 then
   for i = at, at + 2 * jobs - 1, 2 do
     redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
@@ -560,12 +563,14 @@ class RedisStore:
         user: UserKeys | None = None,
         peers: Sequence[tuple[SessionKeys, Known | None]] = (),
         user_sessions: bool = False,
+        usage: bool = False,
     ) -> Loaded:
         """Everything one request needs, in one round trip: the session's meta, tiers,
         pins and pending jobs, and its log's messages after what the caller holds
         (``known``, up to ``most`` of them; else its newest ``tail``), with their vectors
         if asked; with a user, their cross-session profile and history (and
-        ``user_sessions``, their session ids); and the same slice of each of ``peers``.
+        ``user_sessions``, their session ids); the same slice of each of ``peers``; and
+        with ``usage``, the tenant's stored bytes.
 
         The returned state's ``tail`` holds the messages read: the caller that holds
         more puts its own tail there."""
@@ -579,8 +584,11 @@ class RedisStore:
                     pipe.smembers(user.sessions)
             for peer, held in peers:
                 self._call_load(pipe, peer, 0, held, vectors, most)
+            if usage:
+                pipe.get(usage_key(keys.tenant))
 
         own, *rest = await self._scripted_pipeline(build)
+        used = int(rest.pop() or 0) if usage else None
         meta, count, *_, tiers, pins, pending = own
         fields = _fields(meta)
         log = _log_slice(own, fields)
@@ -606,7 +614,7 @@ class RedisStore:
             for (peer, _), reply in zip(peers, rest, strict=True)
         }
         ids = tuple(sorted(item.decode() for item in siblings)) if siblings is not None else None
-        return Loaded(state, log, peer_logs, ids)
+        return Loaded(state, log, peer_logs, ids, used)
 
     def _call_load(
         self,
@@ -663,6 +671,11 @@ class RedisStore:
         )
         return {i: v for i, v in zip(indexes, raw, strict=True) if v}
 
+    async def usage(self, tenant: str) -> int:
+        """The bytes of messages a tenant has stored (what its quota counts)."""
+        raw = await self.bounded(lambda: self.client.get(usage_key(tenant)))
+        return int(raw or 0)
+
     async def user_history(self, user: UserKeys) -> list[dict[str, Any]]:
         raw = await self.bounded(lambda: self.client.lrange(user.history, 0, -1))
         return [json.loads(item) for item in raw]
@@ -717,6 +730,8 @@ class RedisStore:
         jobs = predicted.jobs if predicted else ()
         pins = predicted.pins if predicted else ()
         stored_vectors = list(vectors) if vectors else [b""] * len(messages)
+        stored_json = [message.to_json() for message in messages]
+        appended = sum(len(raw) for raw in stored_json)
         if len(stored_vectors) != len(messages):
             raise ValueError("one vector per message, or none")
         args: list[Any] = [
@@ -733,7 +748,8 @@ class RedisStore:
             len(jobs),
             len(pins),
             secrets.token_hex(8),
-            *(message.to_json() for message in messages),
+            appended,
+            *stored_json,
             *stored_vectors,
             *(item for job in jobs for item in (job.id, json.dumps(job.to_data()))),
             *(item for pin in pins for item in (pin.id, json.dumps(pin.to_data()))),
@@ -748,6 +764,9 @@ class RedisStore:
             catalog.write_turn(
                 pipe, keys, now=now, retention_s=self.retention_s, receipt=receipt, listed=listed
             )
+            # Last, so that no reply above moves: the tenant's stored bytes (its quota).
+            pipe.incrby(usage_key(keys.tenant), appended)
+            pipe.expire(usage_key(keys.tenant), self.retention_s)
 
         # Only the script must succeed: the turn is recorded when it did. The rest may
         # have gone to other masters (a cluster): a notice lost with its master leaves
@@ -756,6 +775,8 @@ class RedisStore:
         replies = await self._scripted_pipeline(build, needed=1)
         first, count, turns, new_user, landed, generation = replies[0]
         if int(first) < 0:
+            # Nothing was appended: the bytes counted beside the script are taken back.
+            await self.bounded(lambda: self.client.decrby(usage_key(keys.tenant), appended))
             raise TailMoved(f"expected {expected_count} messages, found {count}")
         idle: tuple[str, ...] = ()
         if joining is not None:
@@ -917,9 +938,13 @@ class RedisStore:
         return bool(await self.bounded(lambda: self._end(keys=[keys.meta], args=[repr(now)])))
 
     async def erase_session(self, keys: SessionKeys) -> bool:
-        """Delete every key of the session, and what its user's memory holds of it."""
+        """Delete every key of the session, and what its user's memory holds of it (and
+        its bytes from its tenant's count)."""
         meta = await self.meta(keys)
         deleted: int = await self.bounded(lambda: self.client.delete(*keys.all()))
+        if deleted and meta.get("bytes"):
+            stored = int(meta["bytes"])
+            await self.bounded(lambda: self.client.decrby(usage_key(keys.tenant), stored))
         await self.pipeline(lambda pipe: catalog.forget_session(pipe, keys))
         if meta.get("user_id"):
             await self.forget_user_session(UserKeys(keys.tenant, meta["user_id"]), keys.session_id)

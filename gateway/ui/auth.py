@@ -1,50 +1,116 @@
-"""Who may use the inspector: the holder of ``ui.admin_key``.
+"""Who may use the inspector: the holder of ``ui.admin_key``, and how a browser stays in.
 
-A browser logs in once with the key and gets a cookie holding a keyed hash of it (not
-the key): the cookie is HttpOnly, SameSite=Strict (no other site can make the browser
-send it: the inspector's forms need no CSRF token) and limited to /ui. A script may send
-the key as ``Authorization: Bearer <key>`` instead. Changing the key logs everyone out.
+A browser logs in with the key and gets a cookie holding a random token; the server keeps
+only its hash, in Redis (so every replica knows it), until it expires (``ui.session_s``)
+or the browser logs out (the server forgets it: the cookie is worth nothing after). The
+cookie is HttpOnly, SameSite=Strict, limited to /ui, and Secure behind TLS
+(``ui.secure_cookies``). A script may send the key as ``Authorization: Bearer <key>``
+instead. Failed logins are limited per client address (``ui.login_attempts`` a window).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.identity import bearer_key
+from gateway.store.redis_store import RedisStore
 
 COOKIE = "mg_inspector"
 PATH = "/ui"
-_PURPOSE = b"memory-gateway inspector session"
+_SESSION = "mg:{ui}:session:"
+_ATTEMPTS = "mg:{ui}:login:"
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
 
 
 class AdminAuth:
-    def __init__(self, admin_key: str) -> None:
+    def __init__(
+        self,
+        admin_key: str,
+        store: RedisStore,
+        *,
+        session_s: float,
+        secure_cookies: bool | None,
+        attempts: int,
+        window_s: float,
+    ) -> None:
         self._key = admin_key.encode()
-        self._token = hmac.new(self._key, _PURPOSE, hashlib.sha256).hexdigest()
+        self.store = store
+        self.session_s = session_s
+        self.secure_cookies = secure_cookies
+        self.attempts = attempts
+        self.window_s = window_s
 
     def is_key(self, candidate: str) -> bool:
         return hmac.compare_digest(candidate.encode(), self._key)
 
-    def allows(self, request: Request) -> bool:
-        cookie = request.cookies.get(COOKIE, "")
-        if cookie and hmac.compare_digest(cookie.encode(), self._token.encode()):
-            return True
+    def by_key(self, request: Request) -> bool:
+        """A script's request, carrying the key itself (no cookie: nothing to forge)."""
         return "authorization" in request.headers and self.is_key(bearer_key(request.headers))
 
-    def log_in(self, response: Response, request: Request) -> None:
+    async def allows(self, request: Request) -> bool:
+        if self.by_key(request):
+            return True
+        token = request.cookies.get(COOKIE, "")
+        if not token:
+            return False
+        client: Any = self.store.client
+        found = await self.store.bounded(lambda: client.exists(_SESSION + _digest(token)))
+        return bool(found)
+
+    async def too_many_attempts(self, request: Request) -> bool:
+        client: Any = self.store.client
+        raw = await self.store.bounded(lambda: client.get(self._attempts_key(request)))
+        return int(raw or 0) >= self.attempts
+
+    async def failed(self, request: Request) -> None:
+        """Count a failed login of this client address (for ``window_s``)."""
+        key = self._attempts_key(request)
+
+        def build(pipe: Any) -> None:
+            pipe.incr(key)
+            pipe.expire(key, int(self.window_s), nx=True)
+
+        await self.store.pipeline(build)
+
+    async def log_in(self, response: Response, request: Request) -> None:
+        token = secrets.token_urlsafe(32)
+        client: Any = self.store.client
+        ttl = int(self.session_s)
+        await self.store.bounded(lambda: client.set(_SESSION + _digest(token), 1, ex=ttl))
         response.set_cookie(
             COOKIE,
-            self._token,
+            token,
+            max_age=ttl,
             path=PATH,
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=self._secure(request),
         )
 
+    async def log_out(self, response: Response, request: Request) -> None:
+        token = request.cookies.get(COOKIE, "")
+        if token:
+            client: Any = self.store.client
+            await self.store.bounded(lambda: client.delete(_SESSION + _digest(token)))
+        response.delete_cookie(
+            COOKIE, path=PATH, httponly=True, samesite="strict", secure=self._secure(request)
+        )
+
+    def _secure(self, request: Request) -> bool:
+        if self.secure_cookies is not None:
+            return self.secure_cookies
+        return request.url.scheme == "https"
+
     @staticmethod
-    def log_out(response: Response) -> None:
-        response.delete_cookie(COOKIE, path=PATH, httponly=True, samesite="strict")
+    def _attempts_key(request: Request) -> str:
+        address = request.client.host if request.client else "unknown"
+        return _ATTEMPTS + _digest(address)[:32]

@@ -20,6 +20,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from gateway import present
+from gateway.config import UIConfig
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.identity import check_id
 from gateway.operations import SessionOperations
@@ -92,15 +93,43 @@ def _content(raw: str | None, required: bool = True) -> str | None:
     return text
 
 
+# Sent with every page: no script at all, styles only its own, never in a frame.
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+def _same_origin(request: Request) -> bool:
+    """A state-changing request must say where it comes from, and come from here: a form
+    of another site (or a request that hides its origin) changes nothing."""
+    origin = request.headers.get("origin")
+    return bool(origin) and urlsplit(origin).netloc == request.headers.get("host")
+
+
 class Inspector:
     def __init__(
         self,
         operations: SessionOperations,
-        admin_key: str,
+        config: UIConfig,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        assert config.admin_key is not None  # the config refuses /ui without one
         self.ops = operations
-        self.auth = AdminAuth(admin_key)
+        self.auth = AdminAuth(
+            config.admin_key,
+            operations.store,
+            session_s=config.session_s,
+            secure_cookies=config.secure_cookies,
+            attempts=config.login_attempts,
+            window_s=config.login_window_s,
+        )
         self.clock = clock
 
     def routes(self) -> list[Route]:
@@ -125,33 +154,42 @@ class Inspector:
 
     def _page(self, handler: Handler) -> Handler:
         async def guarded(request: Request) -> Response:
-            if not self.auth.allows(request):
-                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                return RedirectResponse("/ui/login?" + urlencode({"next": target}), 303)
-            return await self._shown(handler, request)
+            async def page(request: Request) -> Response:
+                if not await self.auth.allows(request):
+                    query = f"?{request.url.query}" if request.url.query else ""
+                    target = request.url.path + query
+                    return RedirectResponse("/ui/login?" + urlencode({"next": target}), 303)
+                return await handler(request)
+
+            return await self._shown(page, request)
 
         return guarded
 
     def _action(self, handler: Handler) -> Handler:
         async def guarded(request: Request) -> Response:
-            if not self.auth.allows(request):
-                return _render("error.html", 401, message="log in first", back="/ui/login")
-            origin = request.headers.get("origin")
-            if origin and urlsplit(origin).netloc != request.headers.get("host"):
-                # Belt and braces beside the SameSite cookie: a form posted from elsewhere.
-                return _render("error.html", 403, message="cross-site form refused", back="/ui")
-            return await self._shown(handler, request)
+            async def action(request: Request) -> Response:
+                if not self.auth.by_key(request) and not _same_origin(request):
+                    # Beside the SameSite cookie: a form posted from elsewhere, or hiding
+                    # where it comes from, changes nothing.
+                    return _render("error.html", 403, message="cross-site form refused", back="/ui")
+                if not await self.auth.allows(request):
+                    return _render("error.html", 401, message="log in first", back="/ui/login")
+                return await handler(request)
+
+            return await self._shown(action, request)
 
         return guarded
 
     async def _shown(self, handler: Handler, request: Request) -> Response:
         try:
-            return await handler(request)
+            response = await handler(request)
         except GatewayError as error:
-            return _render("error.html", error.status, message=str(error), back="/ui")
+            response = _render("error.html", error.status, message=str(error), back="/ui")
         except StoreUnavailable:
             message = "the memory store is unavailable; try again shortly"
-            return _render("error.html", 503, message=message, back=str(request.url))
+            response = _render("error.html", 503, message=message, back=str(request.url))
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
     async def _form(self, request: Request) -> dict[str, str]:
         body = await read_body(request, MAX_FORM_BYTES)
@@ -161,22 +199,40 @@ class Inspector:
     # --- log in and out ---
 
     async def login_form(self, request: Request) -> Response:
-        return _render("login.html", next=request.query_params.get("next", "/ui"), failed=False)
+        async def form(request: Request) -> Response:
+            target = request.query_params.get("next", "/ui")
+            return _render("login.html", next=target, failed=False)
+
+        return await self._shown(form, request)
 
     async def login(self, request: Request) -> Response:
+        return await self._shown(self._login, request)
+
+    async def _login(self, request: Request) -> Response:
+        if not _same_origin(request):
+            return _render("error.html", 403, message="cross-site form refused", back="/ui")
+        if await self.auth.too_many_attempts(request):
+            message = "too many failed logins from this address; try again later"
+            return _render("error.html", 429, message=message, back="/ui/login")
         form = await self._form(request)
         target = form.get("next", "/ui")
-        if not target.startswith("/ui"):  # never an open redirect
-            target = "/ui"
+        if not target.startswith("/ui") or target.startswith("/ui/login"):
+            target = "/ui"  # never an open redirect
         if not self.auth.is_key(form.get("key", "")):
+            await self.auth.failed(request)
             return _render("login.html", 401, next=target, failed=True)
         response = RedirectResponse(target, 303)
-        self.auth.log_in(response, request)
+        await self.auth.log_in(response, request)
         return response
 
     async def logout(self, request: Request) -> Response:
+        return await self._shown(self._logout, request)
+
+    async def _logout(self, request: Request) -> Response:
+        if not _same_origin(request):
+            return _render("error.html", 403, message="cross-site form refused", back="/ui")
         response = RedirectResponse("/ui/login", 303)
-        self.auth.log_out(response)
+        await self.auth.log_out(response, request)
         return response
 
     # --- pages ---

@@ -22,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.config import RedisConfig, Settings, parse_settings
+from gateway.config import PASSTHROUGH_PATHS, RedisConfig, Settings, parse_settings
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.wiring import build_clients
 from tests.support.cluster import RedisCluster
@@ -221,7 +221,12 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Settings:
     base = {
-        "upstream": {"base_url": upstream_url, "timeouts": {"first_byte_s": 5, "idle_s": 5}},
+        "upstream": {
+            "base_url": upstream_url,
+            "timeouts": {"first_byte_s": 5, "idle_s": 5},
+            # The fake upstream's own routes, beside the OpenAI API's.
+            "passthrough": [*PASSTHROUGH_PATHS, "echo/**", "redirect"],
+        },
         "redis": {"url": redis_url},
         "memory": {"preset": "hybrid"},
         "summarizer": {"model": "fake-summarizer"},

@@ -152,7 +152,7 @@ def test_a_seeded_session_as_the_page_shows_it_and_a_pin_added_through_it(
     expect(page.locator("#tier-pins .pin-content")).to_have_text([pin])
 
     say(client, "remind me of my locker code")
-    assert pin in str(fake_upstream.last_messages())
+    assert f'- pinned: "{pin}"' in fake_upstream.last_messages()[0]["content"]
     page.reload()
     expect(page.locator("#tier-pins li[data-pin] .tag.sent")).to_have_count(1)
     page.screenshot(path=str(ARTIFACTS / "inspector-pinned.png"), full_page=True)
@@ -210,7 +210,9 @@ def test_the_inspector_is_off_unless_enabled_and_needs_the_admin_key(
         assert http.get("/ui").status_code == 404
     on = make_gateway(ui={"enabled": True, "admin_key": ADMIN_KEY})
     Memory(on, api_key, session_id).add(2)
-    with httpx.Client(base_url=on.url) as http:
+    # As a browser's forms say where they come from.
+    here = {"Origin": on.url}
+    with httpx.Client(base_url=on.url, headers=here) as http:
         first = http.get("/ui")
         assert first.status_code == 303 and first.headers["location"].startswith("/ui/login")
         # A tenant's API key is not the admin key.
@@ -241,6 +243,50 @@ def test_the_inspector_is_off_unless_enabled_and_needs_the_admin_key(
     bearer = {"Authorization": f"Bearer {ADMIN_KEY}"}
     with httpx.Client(base_url=on.url, headers=bearer) as http:
         assert http.get("/ui").status_code == 200
+
+
+def test_inspector_logins_are_random_expire_end_server_side_and_are_rate_limited(
+    make_gateway: GatewayFactory, redis_server: RedisProcess
+) -> None:
+    with redis_server.client() as client:  # earlier tests' failed logins, from this address
+        for key in client.scan_iter("mg:{ui}:login:*"):
+            client.delete(key)
+    form = {"key": ADMIN_KEY, "next": "/ui"}
+    ui = {"enabled": True, "admin_key": ADMIN_KEY, "secure_cookies": True}
+    tls = make_gateway(ui=ui)  # as behind a proxy that ends TLS
+    secure = httpx.post(tls.url + "/ui/login", data=form, headers={"Origin": tls.url})
+    assert "Secure" in secure.headers["set-cookie"]
+    gateway = make_gateway(ui={"enabled": True, "admin_key": ADMIN_KEY, "login_attempts": 3})
+    here = {"Origin": gateway.url}
+    with (
+        httpx.Client(base_url=gateway.url, headers=here) as first,
+        httpx.Client(base_url=gateway.url, headers=here) as second,
+    ):
+        a = first.post("/ui/login", data=form).headers["set-cookie"]
+        b = second.post("/ui/login", data=form).headers["set-cookie"]
+        assert a.split(";")[0] != b.split(";")[0]  # a new random token per login
+        assert "Max-Age=28800" in a and "Secure" not in a  # plain http here
+        page = first.get("/ui")
+        assert page.status_code == 200
+        assert page.headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert "script-src" not in page.headers["content-security-policy"]  # none at all
+        stolen = dict(first.cookies)
+        assert first.post("/ui/logout").status_code == 303
+        with httpx.Client(base_url=gateway.url, cookies=stolen) as replay:
+            assert replay.get("/ui").status_code == 303  # gone on the server too
+        assert second.get("/ui").status_code == 200  # the other login lives on
+        # Logging out, like every form, needs the request to say it comes from here.
+        no_origin = httpx.post(gateway.url + "/ui/logout", cookies=dict(second.cookies))
+        assert no_origin.status_code == 403
+        assert second.get("/ui").status_code == 200
+    # Login attempts: a form without an Origin is refused; failures are limited.
+    assert httpx.post(gateway.url + "/ui/login", data=form).status_code == 403
+    with httpx.Client(base_url=gateway.url, headers=here) as guesser:
+        for _ in range(3):
+            assert guesser.post("/ui/login", data={"key": "wrong-" * 4}).status_code == 401
+        assert guesser.post("/ui/login", data={"key": "wrong-" * 4}).status_code == 429
+        assert guesser.post("/ui/login", data=form).status_code == 429  # even the right key
 
 
 def test_enabling_the_inspector_needs_a_long_enough_admin_key() -> None:

@@ -128,7 +128,9 @@ def test_a_chat_request_has_one_access_line_named_by_its_response_header(
     answer = raw.parse()
     line = logs.access(raw.headers[REQUEST_ID_HEADER])
     check_chat_line(line, raw.headers, api_key=api_key, session_id=session_id)
-    assert line["stream"] is False and line["user_id"] == "user-7"
+    # A user id is logged as a short hash (server.log_user_ids), never as sent.
+    assert line["stream"] is False and line["user_id"].startswith("u-")
+    assert "user-7" not in json.dumps(line)
     # The new message is all the client sent: tokens_in is its prompt count.
     counted = TokenCounter().count_prompt([Message(role="user", content=text)], "fake-model")
     assert line["tokens_in"] == counted
@@ -398,3 +400,19 @@ def test_serve_workers_log_json_lines_too(
     assert sum(r["message"].startswith("Started server process") for r in records) == 2
     logged = [r["request_id"] for r in records if r["logger"] == "gateway.access"]
     assert all(logged.count(request_id) == 1 for request_id in ids)
+
+
+def test_client_strings_are_cut_and_escaped_on_log_lines(
+    make_gateway: GatewayFactory, logs: JsonLines, api_key: str, session_id: str
+) -> None:
+    gateway = make_gateway(server={"log_user_ids": "plain"})
+    model = "evil\x1b[2J\n{forged}" + "m" * 1000
+    client = sdk(gateway, api_key, session_id, **{"X-User-Id": "user-7"})
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "hello"}]
+    )
+    line = logs.access(raw.headers[REQUEST_ID_HEADER])
+    assert len(line["model"]) <= 65 and line["model"].startswith("evil\\x1b[2J\\n{forged}")
+    assert line["user_id"] == "user-7"  # plain, as configured
+    everything = "".join(json.dumps(record) for record in logs.parsed())
+    assert "m" * 100 not in everything  # the long model name is nowhere, whole

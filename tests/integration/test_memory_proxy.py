@@ -319,7 +319,10 @@ def test_gateway_headers_are_not_forwarded_but_the_key_is(
 def test_configured_upstream_key_replaces_the_client_key(
     make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:
-    gateway = make_gateway(upstream={"api_key": "sk-upstream-configured"})
+    gateway = make_gateway(
+        upstream={"api_key": "sk-upstream-configured"},
+        auth={"mode": "keys", "keys": [{"key": api_key, "tenant": "team-a"}]},
+    )
     say(sdk(gateway, api_key, session_id), "hi")
     assert (
         fake_upstream.chat_requests()[-1].headers["authorization"]

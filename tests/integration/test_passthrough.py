@@ -34,8 +34,11 @@ def test_method_query_body_and_status_pass_untouched(
     assert "keep-alive" not in response.headers  # hop-by-hop stays on its hop
 
 
+KEY = {"Authorization": "Bearer sk-pass"}
+
+
 def test_models_list(gateway: ServerThread) -> None:
-    response = httpx.get(gateway.url + "/v1/models")
+    response = httpx.get(gateway.url + "/v1/models", headers=KEY)
     assert response.status_code == 200
     assert response.json()["data"][0]["id"] == "fake-model"
 
@@ -43,7 +46,7 @@ def test_models_list(gateway: ServerThread) -> None:
 def test_redirects_are_returned_not_followed(
     gateway: ServerThread, fake_upstream: FakeUpstream
 ) -> None:
-    response = httpx.get(gateway.url + "/v1/redirect")
+    response = httpx.get(gateway.url + "/v1/redirect", headers=KEY)
     assert response.status_code == 302
     assert response.headers["location"] == "/v1/models"
     assert [r.path for r in fake_upstream.requests] == ["/v1/redirect"]
@@ -52,9 +55,9 @@ def test_redirects_are_returned_not_followed(
 def test_upstream_cookies_are_never_replayed_for_another_client(
     gateway: ServerThread, fake_upstream: FakeUpstream
 ) -> None:
-    first = httpx.get(gateway.url + "/v1/echo/a")
+    first = httpx.get(gateway.url + "/v1/echo/a", headers=KEY)
     assert "upstream-session" in first.headers["set-cookie"]  # the client that caused it sees it
-    httpx.get(gateway.url + "/v1/echo/b")
+    httpx.get(gateway.url + "/v1/echo/b", headers=KEY)
     assert "cookie" not in fake_upstream.requests[-1].headers
 
 

@@ -134,3 +134,47 @@ def test_serve_drops_a_request_whose_headers_are_too_large(served: tuple[Path, s
         assert httpx.get(gateway.url + "/healthz", timeout=5).status_code == 200
     finally:
         gateway.stop()
+
+
+def test_serve_with_gateway_keys_made_and_revoked_through_the_admin_api(
+    tmp_path: Path, upstream_url: str
+) -> None:
+    """`auth.mode: keys` as an operator runs it: a key made through the admin API works
+    with the OpenAI SDK (the upstream gets the operator's key), and once revoked, no more."""
+    config = tmp_path / "keys.yaml"
+    config.write_text(
+        "upstream:\n  base_url: ${FAKE_UPSTREAM}\n  api_key: ${OPERATOR_KEY}\n"
+        f"redis:\n  data_dir: {tmp_path / 'data'}\n"
+        "auth:\n  mode: keys\n  admin_key: ${ADMIN_KEY}\n"
+    )
+    admin = {"Authorization": "Bearer admin-key-0123456789abcdef"}
+    env = {
+        "FAKE_UPSTREAM": upstream_url,
+        "OPERATOR_KEY": "sk-operator-0123456789",
+        "ADMIN_KEY": "admin-key-0123456789abcdef",
+    }
+    served = Served(config, env=env)
+    try:
+        made = httpx.post(served.url + "/admin/keys", json={"tenant": "acme"}, headers=admin)
+        assert made.status_code == 201, made.text
+        key, key_id = made.json()["key"], made.json()["id"]
+        with openai.OpenAI(
+            base_url=served.url + "/v1",
+            api_key=key,
+            default_headers={"X-Session-Id": "keys"},
+            max_retries=0,
+        ) as client:
+            answer = client.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "hello"}]
+            )
+            assert answer.choices[0].message.content == "ack: hello"
+            gone = httpx.delete(f"{served.url}/admin/keys/{key_id}", headers=admin)
+            assert gone.status_code == 204
+            with pytest.raises(openai.AuthenticationError):
+                client.chat.completions.create(
+                    model="fake-model", messages=[{"role": "user", "content": "again"}]
+                )
+    finally:
+        assert served.stop() == 0
+    output = served.log.read_text()
+    assert "sk-operator-0123456789" not in output and key not in output

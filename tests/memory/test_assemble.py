@@ -222,28 +222,28 @@ def test_sections_render_in_a_fixed_order_whatever_the_priority() -> None:
             MEMORY_HEADER,
             "",
             "## Pinned",
-            "- high",
-            "- mid",
+            '- pinned: "high"',
+            '- pinned: "mid"',
             "",
             "## Key facts",
-            "- f3",
-            "- f2",
+            '- from the user\'s messages: "f3"',
+            '- from the user\'s messages: "f2"',
             "",
             "## Summary of the conversation so far",
-            "(messages 1-8)",
-            "so far so good",
+            "(messages 1-8, summarized)",
+            "> so far so good",
             "",
             "## Summaries of earlier messages (newest first)",
             "### Messages 5-8",
-            "second chunk",
+            "> second chunk",
             "### Messages 1-4",
-            "first chunk",
+            "> first chunk",
             "",
             "## Key questions and answers",
-            "- Q: q2",
-            "  A: a2 [x, y]",
-            "- Q: q3",
-            "  A: a3",
+            '- Q (the user): "q2"',
+            '  A (the assistant): "a2" [x, y]',
+            '- Q (the user): "q3"',
+            '  A (the assistant): "a3"',
         ]
     )
     assert context.receipt.summaries == ((5, 8), (1, 4))
@@ -283,7 +283,8 @@ def test_pins_top_n_by_importance_newest_first_among_equals() -> None:
     assert context.receipt.pins == ("d", "g", "b", "f", "c")
     text = memory_text(context)
     assert text is not None
-    assert text.split("## Pinned\n")[1].splitlines() == ["- d", "- g", "- b", "- f", "- c"]
+    pinned = [f'- pinned: "{p}"' for p in "dgbfc"]
+    assert text.split("## Pinned\n")[1].splitlines() == pinned
 
 
 def test_facts_newest_first_capped_at_use() -> None:
@@ -291,16 +292,17 @@ def test_facts_newest_first_capped_at_use() -> None:
     text = memory_text(run(turn(conv(4)), PROGRESSIVE, tiers=Tiers(facts=facts)))
     assert text is not None
     lines = text.split("## Key facts\n")[1].splitlines()
-    assert lines == [f"- fact{i}" for i in range(20, 5, -1)]  # use=15
+    expected = [f'- from the user\'s messages: "fact{i}"' for i in range(20, 5, -1)]
+    assert lines == expected  # use=15
 
 
 def test_key_qa_capped_at_keep_pairs_oldest_first() -> None:
     pairs = tuple(KeyQA(f"q{i}", f"a{i}", (f"tag{i}",), turn=i) for i in range(1, 10))
     text = memory_text(run(turn(conv(6)), ROLLING, tiers=Tiers(key_qa=pairs)))
     assert text is not None
-    questions = [line for line in text.splitlines() if line.startswith("- Q: ")]
-    assert questions == [f"- Q: q{i}" for i in range(4, 10)]  # keep_pairs=6
-    assert "  A: a9 [tag9]" in text
+    questions = [line for line in text.splitlines() if line.startswith("- Q (the user): ")]
+    assert questions == [f'- Q (the user): "q{i}"' for i in range(4, 10)]  # keep_pairs=6
+    assert '  A (the assistant): "a9" [tag9]' in text
 
 
 @pytest.mark.parametrize("composition", [RECURSIVE, ROLLING], ids=["recursive", "rolling"])
@@ -308,7 +310,7 @@ def test_the_evolving_summary_with_its_range(composition: Composition) -> None:
     tiers = Tiers(rolling=RollingSummary("the story", 1, 10, version=3))
     text = memory_text(run(turn(conv(20)), composition, tiers=tiers))
     assert text is not None
-    assert "## Summary of the conversation so far\n(messages 1-10)\nthe story" in text
+    assert "## Summary of the conversation so far\n(messages 1-10, summarized)\n> the story" in text
 
 
 # --- the window ----------------------------------------------------------------------------
@@ -475,11 +477,12 @@ def test_new_user_message_does_not_keep_a_pending_call() -> None:
 # Each pin: "- pN" + 8 words = 10 words, an item of 10 tokens (with its line break, free
 # for this counter); "## Pinned" costs 4.
 PINS = [pin("p1", 0.9, words=9), pin("p2", 0.8, words=9)]
-# Each summary: "### Messages a-b" (3 words) + 20 words, an item of 23; its heading costs 9.
+# Each summary: "### Messages a-b" (3 words) + "> " and 20 words, an item of 24; its
+# heading costs 9. Each pin: '- pinned: "p1 p …"' (2 words + 9), an item of 11.
 SUMMARIES = Tiers(summaries=(summary(1, 2, words=20), summary(3, 4, words=20)))
 KEEP = 30  # hybrid keeps the last 3 messages of 10 tokens
-PINS_COST = (H + TOKENS_PER_MESSAGE) + 4 + 10 + 10
-SUMMARY_COST = 9 + 23
+PINS_COST = (H + TOKENS_PER_MESSAGE) + 4 + 11 + 11
+SUMMARY_COST = 9 + 24
 
 
 def test_hybrid_tight_budget_pins_survive_before_summaries_old_window_goes_first() -> None:
@@ -500,7 +503,7 @@ def test_hybrid_tight_budget_pins_survive_before_summaries_old_window_goes_first
         pytest.param(PINS_COST, ("p1", "p2"), (), [6, 7, 8], id="both pins"),
         pytest.param(PINS_COST + SUMMARY_COST, ("p1", "p2"), ((3, 4),), [6, 7, 8],
                      id="newest summary"),
-        pytest.param(PINS_COST + SUMMARY_COST + 23 + 19, ("p1", "p2"), ((3, 4), (1, 2)),
+        pytest.param(PINS_COST + SUMMARY_COST + 24 + 19, ("p1", "p2"), ((3, 4), (1, 2)),
                      [5, 6, 7, 8], id="both summaries and one more message"),
         pytest.param(10_000, ("p1", "p2"), ((3, 4), (1, 2)), [1, 2, 3, 4, 5, 6, 7, 8],
                      id="everything"),
@@ -544,7 +547,7 @@ def test_the_exact_count_decides_and_the_last_item_gives_way() -> None:
 
     pins = [pin("p1", 0.9), pin("p2", 0.8), pin("p3", 0.7)]
     composition = Composition(window=WindowTier(keep_last=0), pins=PinsTier(), priority=["pins"])
-    one_pin = newline_heavy(f"{MEMORY_HEADER}\n\n## Pinned\n- p1") + TOKENS_PER_MESSAGE
+    one_pin = newline_heavy(f'{MEMORY_HEADER}\n\n## Pinned\n- pinned: "p1"') + TOKENS_PER_MESSAGE
     budget = FIXED + one_pin + 5  # the estimate admits all three pins; the text fits one
     context = run(turn(conv(2)), composition, pins=pins, budget=budget, counter=newline_heavy)
     assert context.receipt.pins == ("p1",)
@@ -708,8 +711,9 @@ def test_the_items_of_unchanged_tiers_are_made_once() -> None:
     counted.clear()
     second = run(turn(conv(40)), HYBRID, tiers=tiers, pins=pins, counter=counting)
     assert second == first
-    assert not any(text.startswith(("### Messages", "- the user's code")) for text in counted)
-    assert any(text.startswith("- seat") for text in counted)  # this turn's pins
+    made = ("### Messages", "- from the user's messages")
+    assert not any(text.startswith(made) for text in counted)
+    assert any(text.startswith('- pinned: "seat') for text in counted)  # this turn's pins
 
 
 @pytest.mark.parametrize(
@@ -744,7 +748,8 @@ def test_items_are_made_again_for_new_tiers_a_new_composition_or_another_count(
     text = memory_text(context)
     assert text is not None
     facts = [line for line in text.splitlines() if line.startswith("- ")]
-    assert [fact.split()[-1] for fact in facts] == list(reversed(facts_sent))  # newest first
+    last_words = [fact.split()[-1].strip('"') for fact in facts]
+    assert last_words == list(reversed(facts_sent))  # newest first
     assert context.messages[1].tokens == tokens_per_word * count(text) + TOKENS_PER_MESSAGE
     assert context.receipt.memory_sections["facts"] == sum(
         tokens_per_word * count(fact) for fact in facts

@@ -36,7 +36,7 @@ from gateway.config import (
     TierName,
     WindowTier,
 )
-from gateway.memory.assemble import MEMORY_HEADER, Context, assemble, window_units
+from gateway.memory.assemble import MEMORY_HEADER, Context, assemble, quoted, window_units
 from gateway.memory.model import (
     CONVERSATION_ROLES,
     Fact,
@@ -349,7 +349,7 @@ def check(
     if memory is not None:
         assert isinstance(memory.content, str)
         for pin_id in receipt.pins:
-            assert any(p.id == pin_id and f"- {p.content}" in memory.content for p in pins)
+            assert any(p.id == pin_id and quoted(p.content) in memory.content for p in pins)
         for start, end in receipt.summaries:
             assert f"### Messages {start}-{end}\n" in memory.content
     else:

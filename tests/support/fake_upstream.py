@@ -120,6 +120,8 @@ class FakeUpstream:
     disconnects: list[Disconnect] = field(default_factory=list)
     in_flight: set[ChatCall] = field(default_factory=set)
     completed_streams: int = 0
+    # Keys this upstream refuses (401 on every route), as a provider does a revoked key.
+    rejected_keys: set[str] = field(default_factory=set)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def app(self) -> Starlette:
@@ -167,8 +169,20 @@ class FakeUpstream:
         response.set_cookie("upstream-session", f"s{next(self._ids)}")
         return response
 
+    def _refused(self, request: Request) -> Response | None:
+        """OpenAI's answer to a key it does not take, for the keys in ``rejected_keys``."""
+        key = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if key not in self.rejected_keys:
+            return None
+        error = {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                 "param": None, "code": "invalid_api_key"}  # fmt: skip
+        return JSONResponse({"error": error}, status_code=401)
+
     async def models(self, request: Request) -> Response:
         await self._seen(request)
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         return self._cookie(
             JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         )
@@ -205,6 +219,9 @@ class FakeUpstream:
 
     async def chat(self, request: Request) -> Response:
         seen = await self._seen(request)
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         body = seen.json()
         call = ChatCall(body.get("model", "fake-model"), _text(body["messages"][-1]))
         self.in_flight.add(call)

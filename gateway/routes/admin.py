@@ -1,0 +1,103 @@
+"""``/admin/keys``: the gateway's keys (``auth.mode: keys``), for the holder of
+``auth.admin_key``: create one (its secret is shown once), list them, revoke one.
+
+A revoked key is refused by every process within ``auth.refresh_s`` (each re-reads the
+keys when their version in Redis moves).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.auth import KeyRecord, KeyRegistry, is_admin, key_id, new_key
+from gateway.config import AuthConfig
+from gateway.errors import InvalidRequest, NotFound, Unauthorized
+from gateway.routes.memory_api import parse_body
+from gateway.routes.relay import read_body
+from gateway.store.gateway_keys import GatewayKeys
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+class _NewKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tenant: StrictStr = Field(min_length=1, max_length=128)
+    users: list[StrictStr] | Literal["*"] = "*"
+    upstream_key: StrictStr | None = None
+    quota_mb: float | None = Field(default=None, gt=0)
+    name: StrictStr | None = Field(default=None, max_length=128)
+
+
+class AdminAPI:
+    def __init__(
+        self,
+        config: AuthConfig,
+        keys: GatewayKeys,
+        registry: KeyRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.keys = keys
+        self.registry = registry
+        self.clock = clock
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/admin/keys", self.create, methods=["POST"]),
+            Route("/admin/keys", self.list, methods=["GET"]),
+            Route("/admin/keys/{key_id}", self.revoke, methods=["DELETE"]),
+        ]
+
+    def _admin(self, request: Request) -> None:
+        if not is_admin(request.headers, self.config.admin_key):
+            raise Unauthorized("the admin API needs auth.admin_key", code="invalid_admin_key")
+
+    async def create(self, request: Request) -> Response:
+        self._admin(request)
+        body, _ = parse_body(_NewKey, await read_body(request, MAX_BODY_BYTES))
+        if body.upstream_key is not None and body.upstream_key not in self.config.upstream_keys:
+            raise InvalidRequest(
+                "upstream_key must name a key in auth.upstream_keys", param="upstream_key"
+            )
+        secret = new_key()
+        record = KeyRecord(
+            key_id(secret),
+            body.tenant,
+            None if body.users == "*" else frozenset(body.users),
+            body.upstream_key,
+            body.quota_mb,
+            body.name,
+            self.clock(),
+            stored=True,
+        )
+        await self.keys.save(record)
+        # This process serves it at once; the others at their next refresh.
+        found = await self.keys.changed_since(None)
+        if found is not None:
+            self.registry.replace(*found)
+        return JSONResponse({**record.to_data(), "key": secret}, status_code=201)
+
+    async def list(self, request: Request) -> Response:
+        self._admin(request)
+        records = [
+            {**r.to_data(), "source": "admin" if r.stored else "config"}
+            for r in self.registry.records()
+        ]
+        return JSONResponse({"keys": records})
+
+    async def revoke(self, request: Request) -> Response:
+        self._admin(request)
+        found = request.path_params["key_id"]
+        if not await self.keys.revoke(found):
+            raise NotFound("no such key made through the admin API", param="key_id")
+        changed = await self.keys.changed_since(None)
+        if changed is not None:
+            self.registry.replace(*changed)
+        return Response(status_code=204)

@@ -1,0 +1,277 @@
+"""Who may use the gateway: keys, placeholders, the admin API, users, and the passthrough.
+
+Each finding of the red team's probe has its test here: an empty or placeholder key is
+not a tenant, a key the upstream refuses reads no memory, an anonymous client is never
+served on the operator's key, a gateway key names its tenant and its users, a revoked key
+stops working everywhere within a second, and the passthrough never leaves its prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import GatewayFactory, Memory, say, sdk
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import RedisProcess, ServerThread
+
+pytestmark = pytest.mark.integration
+
+ADMIN = "admin-key-for-the-tests-0123456789"
+UPSTREAM_KEY = "sk-operator-upstream-key"
+PLACEHOLDERS = ["", "EMPTY", "ollama", "sk-no-key-required", "none", "lm-studio"]
+
+
+def envelope(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code
+
+
+def chat(gateway: ServerThread, headers: dict[str, str], **extra: str) -> httpx.Response:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hello"}]}
+    return httpx.post(
+        gateway.url + "/v1/chat/completions", json=body, headers={**headers, **extra}, timeout=10
+    )
+
+
+@pytest.mark.parametrize("key", PLACEHOLDERS)
+def test_a_missing_or_placeholder_key_is_refused_everywhere(
+    gateway: ServerThread, fake_upstream: FakeUpstream, key: str
+) -> None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    envelope(chat(gateway, headers, **{"X-Session-Id": "s1"}), 401, "missing_api_key")
+    envelope(chat(gateway, headers), 401, "missing_api_key")  # no session: the passthrough
+    envelope(httpx.get(gateway.url + "/v1/models", headers=headers), 401, "missing_api_key")
+    memory = httpx.get(gateway.url + "/memory/sessions", headers=headers)
+    envelope(memory, 401, "missing_api_key")
+    assert fake_upstream.requests == []  # nothing reached the upstream
+
+
+def test_anonymous_clients_are_served_only_when_the_operator_says_so(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
+) -> None:
+    gateway = make_gateway(auth={"allow_anonymous": True})
+    answer = chat(gateway, {"Authorization": "Bearer EMPTY"}, **{"X-Session-Id": session_id})
+    assert answer.status_code == 200
+    # Every anonymous client is the one anonymous tenant, and knows it.
+    listed = httpx.get(gateway.url + "/memory/sessions").json()["sessions"]
+    assert session_id in [s["session_id"] for s in listed]
+
+
+def test_the_operator_key_needs_gateway_keys() -> None:
+    from gateway.config import ConfigError, parse_settings
+
+    with pytest.raises(ConfigError, match=r"upstream.api_key is used only with auth.mode: keys"):
+        parse_settings({"upstream": {"api_key": UPSTREAM_KEY}}, environ={})
+
+
+def test_the_memory_api_serves_a_key_only_once_the_upstream_took_it(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    gateway = make_gateway(auth={"verify_s": 0.5})
+    memory = Memory(gateway, api_key, session_id)
+    memory.add(2)  # accepted: the upstream answered GET /models with this key
+    assert [r.path for r in fake_upstream.requests] == ["/v1/models"]
+    fake_upstream.rejected_keys.add(api_key)  # revoked by the provider
+    time.sleep(0.6)  # past auth.verify_s
+    envelope(memory.http.get(memory.base), 401, "invalid_api_key")
+    envelope(memory.http.post(memory.base + "/messages", json={"messages": []}), 401,
+             "invalid_api_key")  # fmt: skip
+    envelope(memory.http.post(memory.base + "/pins", json={"content": "x"}), 401, "invalid_api_key")
+    memory.http.close()
+
+
+def test_a_key_the_upstream_never_took_imports_nothing(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    fake_upstream.rejected_keys.add(api_key)
+    memory = Memory(gateway, api_key, session_id)
+    body = {"messages": [{"role": "user", "content": "my passport number is X1234567"}]}
+    with redis_server.client() as client:
+        before = sorted(client.keys("mg:*"))
+        envelope(memory.http.post(memory.base + "/messages", json=body), 401, "invalid_api_key")
+        envelope(memory.http.post(memory.base + "/pins", json={"content": "x"}), 401,
+                 "invalid_api_key")  # fmt: skip
+        assert sorted(client.keys("mg:*")) == before  # nothing was stored
+    memory.http.close()
+
+
+@pytest.fixture
+def keyed(make_gateway: GatewayFactory) -> Iterator[GatewayFactory]:
+    def make(**auth: Any) -> ServerThread:
+        settings: dict[str, Any] = {
+            "mode": "keys",
+            "admin_key": ADMIN,
+            "keys": [
+                {"key": "gw-key-alice-0123456789", "tenant": "team-a", "users": ["alice"]},
+                {"key": "gw-key-any-user-0123456", "tenant": "team-a"},
+                {"key": "gw-key-team-b-012345678", "tenant": "team-b"},
+            ],
+            **auth,
+        }
+        return make_gateway(upstream={"api_key": UPSTREAM_KEY}, auth=settings)
+
+    yield make
+
+
+def test_a_gateway_key_names_its_tenant_and_the_upstream_gets_the_operator_key(
+    keyed: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
+) -> None:
+    gateway = keyed()
+    say(sdk(gateway, "gw-key-any-user-0123456", session_id), "my locker code is 8841")
+    assert fake_upstream.chat_requests()[-1].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+    # The same tenant, through another of its keys; another tenant's key sees nothing.
+    same = Memory(gateway, "gw-key-alice-0123456789", session_id)
+    assert same.state()["message_count"] == 2
+    other = Memory(gateway, "gw-key-team-b-012345678", session_id)
+    assert other.http.get(other.base).status_code == 404
+    with pytest.raises(openai.AuthenticationError):
+        say(sdk(gateway, "sk-some-random-key-123456", session_id), "hi")
+    same.http.close()
+    other.http.close()
+
+
+def test_a_gateway_key_acts_only_for_its_users(
+    keyed: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
+) -> None:
+    gateway = keyed()
+    key = {"Authorization": "Bearer gw-key-alice-0123456789"}
+    ok = chat(gateway, key, **{"X-Session-Id": session_id, "X-User-Id": "alice"})
+    assert ok.status_code == 200
+    refused = chat(gateway, key, **{"X-Session-Id": session_id + "-b", "X-User-Id": "bob"})
+    envelope(refused, 403, "user_not_allowed")
+    profile = httpx.get(gateway.url + "/memory/users/bob", headers=key)
+    envelope(profile, 403, "user_not_allowed")
+    assert httpx.get(gateway.url + "/memory/users/alice", headers=key).status_code == 200
+
+
+def test_keys_made_through_the_admin_api_work_and_revoked_ones_stop_on_every_replica(
+    keyed: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
+) -> None:
+    first, second = keyed(), keyed()  # two replicas on one Redis
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    envelope(httpx.post(first.url + "/admin/keys", json={"tenant": "team-c"}), 401,
+             "invalid_admin_key")  # fmt: skip
+    made = httpx.post(first.url + "/admin/keys", json={"tenant": "team-c"}, headers=admin)
+    assert made.status_code == 201, made.text
+    key, key_id = made.json()["key"], made.json()["id"]
+    assert key.startswith("mg-") and key not in key_id
+    listed = httpx.get(first.url + "/admin/keys", headers=admin).json()["keys"]
+    assert {"id": key_id, "tenant": "team-c"}.items() <= next(
+        k for k in listed if k["id"] == key_id
+    ).items()
+    assert key not in str(listed)  # never shown again
+    deadline = time.monotonic() + 2
+    while chat(second, {"Authorization": f"Bearer {key}"}).status_code != 200:
+        assert time.monotonic() < deadline, "the second replica never took the new key"
+        time.sleep(0.05)
+    say(sdk(first, key, session_id), "hello from team c")
+
+    assert httpx.delete(f"{first.url}/admin/keys/{key_id}", headers=admin).status_code == 204
+    revoked = time.monotonic()
+    envelope(chat(first, {"Authorization": f"Bearer {key}"}), 401, "invalid_api_key")
+    while chat(second, {"Authorization": f"Bearer {key}"}).status_code != 401:
+        assert time.monotonic() - revoked < 1.0, "the revoked key still works after 1 s"
+        time.sleep(0.02)
+    assert httpx.delete(f"{first.url}/admin/keys/{key_id}", headers=admin).status_code == 404
+
+
+def test_without_an_admin_key_there_is_no_admin_api(gateway: ServerThread) -> None:
+    response = httpx.get(gateway.url + "/admin/keys", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert response.status_code == 404
+
+
+def test_an_untrusted_user_header_is_ignored(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    gateway = make_gateway(auth={"trust_user_header": False})
+    say(sdk(gateway, api_key, session_id, **{"X-User-Id": "victim"}), "hello")
+    memory = Memory(gateway, api_key, session_id)
+    assert memory.state()["user_id"] is None
+    envelope(memory.http.get("/memory/users/victim"), 403, "user_not_allowed")
+    memory.http.close()
+
+
+# --- The passthrough stays inside the upstream's prefix -----------------------------------
+
+ESCAPES = [
+    "/v1/%2e%2e/%2e%2e/%2e%2e/admin/delete-all",
+    "/v1/..%2f..%2f..%2fteam-b/openai/v1/files",
+    "/v1/models%3Fapi-version=evil",
+    "/v1/models%23fragment",
+    "/v1/files/%2E%2E/secrets",
+    "/v1/files/%252e%252e/secrets",
+    "/v1/files\\..\\secrets",
+]
+
+
+@pytest.mark.parametrize("path", ESCAPES)
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_path_that_could_leave_the_prefix_is_refused_before_the_upstream(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, path: str, method: str
+) -> None:
+    # Sent as written: httpx would otherwise normalise the dots away before sending.
+    request = httpx.Request(
+        method, gateway.url + "/", headers={"Authorization": f"Bearer {api_key}"}
+    )
+    request.url = request.url.copy_with(raw_path=path.encode())
+    with httpx.Client() as client:
+        response = client.send(request)
+    envelope(response, 400, "invalid_path")
+    assert fake_upstream.requests == []
+
+
+def test_only_the_allowlisted_paths_pass_and_gateway_headers_stay_behind(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str
+) -> None:
+    auth = {"Authorization": f"Bearer {api_key}"}
+    refused = httpx.get(gateway.url + "/v1/admin/delete-all", headers=auth)
+    envelope(refused, 405, "path_not_allowed")
+    gateway_headers = {"X-Session-Id": "s", "X-User-Id": "u", "X-Memory-Mode": "on"}
+    echoed = httpx.get(gateway.url + "/v1/echo/files", headers={**auth, **gateway_headers})
+    assert echoed.status_code == 200
+    assert not {"x-session-id", "x-user-id", "x-memory-mode"} & set(echoed.json()["headers"])
+    assert [r.path for r in fake_upstream.requests] == ["/v1/echo/files"]
+
+
+def test_an_id_the_memory_api_could_not_reach_is_refused_by_the_proxy(
+    gateway: ServerThread, api_key: str
+) -> None:
+    response = chat(gateway, {"Authorization": f"Bearer {api_key}"}, **{"X-Session-Id": "a/b"})
+    envelope(response, 400, "invalid_header")
+
+
+def test_a_tenant_at_its_quota_stores_no_more_until_it_erases(
+    keyed: GatewayFactory, redis_server: RedisProcess, session_id: str
+) -> None:
+    quota_mb = 0.002  # about 2 KB
+    gateway = keyed(
+        keys=[{"key": "gw-key-quota-012345678", "tenant": "team-q", "quota_mb": quota_mb}],
+    )
+    key = {"Authorization": "Bearer gw-key-quota-012345678"}
+    memory = Memory(gateway, "gw-key-quota-012345678", session_id)
+    big = [{"role": "user", "content": "x" * 1500}, {"role": "assistant", "content": "y" * 900}]
+    assert memory.http.post(memory.base + "/messages", json={"messages": big}).status_code == 200
+    refused = memory.http.post(memory.base + "/messages", json={"messages": big})
+    envelope(refused, 429, "insufficient_quota")
+    turn = chat(gateway, key, **{"X-Session-Id": session_id})
+    envelope(turn, 429, "insufficient_quota")
+    # Reading is still allowed; erasing frees the room.
+    assert (
+        chat(gateway, key, **{"X-Session-Id": session_id, "X-Memory-Mode": "read"}).status_code
+        == 200
+    )
+    assert memory.http.delete(memory.base).status_code == 204
+    assert chat(gateway, key, **{"X-Session-Id": session_id}).status_code == 200
+    memory.http.close()
