@@ -113,7 +113,9 @@ def create_app(
         upstream_api_key=settings.upstream.api_key,
         check_upstream=upstream.accepts_key,
     )
-    passthrough = Passthrough(upstream, auth, settings.upstream.passthrough_paths)
+    passthrough = Passthrough(
+        upstream, auth, settings.upstream.passthrough_paths(settings.auth.mode == "keys")
+    )
     # One set of session archives in memory for the proxy and the memory API.
     archives: ArchiveCache[SessionKeys] = ArchiveCache(settings.memory.archive_cache_mb * 2**20)
     memory = MemoryService(

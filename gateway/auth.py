@@ -24,12 +24,12 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.datastructures import Headers
 
-from gateway.config import PLACEHOLDER_KEYS, AuthConfig
+from gateway.config import AuthConfig, is_placeholder
 from gateway.errors import Forbidden, Unauthorized, UpstreamUnreachable
 from gateway.identity import bearer_key
 from gateway.tenancy import Tenants
@@ -93,18 +93,28 @@ class KeyRecord:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who a request is from, once authenticated."""
+    """Who a request is from, once authenticated. ``tenant`` is filled by
+    ``Authenticator.resolve`` (it needs the tenant secret, from Redis): a request that
+    only goes upstream needs none."""
 
-    tenant: str  # the tenant id memory is keyed by
+    tenant: str  # the tenant id memory is keyed by ("" until resolved)
     key_id: str  # the key's hash (logs, quotas)
     upstream_key: str | None  # sent upstream in place of the client's key (None: theirs)
     users: frozenset[str] | None  # the user ids it may act for (None: any)
     trusts_user_header: bool = True
     quota_bytes: int | None = None
+    tenant_name: str = ""  # what the tenant id is the keyed hash of
 
     def user_id(self, requested: str | None) -> str | None:
         """The user id a request names, if this caller may act for it (403 otherwise);
-        None when the configuration does not trust the header."""
+        None when the configuration does not trust the header. A key limited to some
+        users must name one: its sessions are theirs."""
+        if requested is None and self.users is not None:
+            raise Forbidden(
+                "this key acts only for its users: name one in X-User-Id",
+                param="X-User-Id",
+                code="user_required",
+            )
         if requested is None or not self.trusts_user_header:
             return None
         if self.users is not None and requested not in self.users:
@@ -114,6 +124,11 @@ class Caller:
                 code="user_not_allowed",
             )
         return requested
+
+    def may_see(self, owner: str | None) -> bool:
+        """Whether this caller may see a session owned by ``owner`` (its user id, None:
+        no user's): a key limited to some users sees only theirs."""
+        return self.users is None or (owner is not None and owner in self.users)
 
 
 class KeyRegistry:
@@ -172,17 +187,17 @@ class Authenticator:
         self.upstream_api_key = upstream_api_key
         self.check_upstream = check_upstream
         self.clock = clock
-        self._placeholders = frozenset(PLACEHOLDER_KEYS)
         # forward mode: key id -> (accepted by the upstream?, until when)
         self._verdicts: dict[str, tuple[bool, float]] = {}
         self._checking: dict[str, asyncio.Task[bool | None]] = {}
 
-    async def caller(self, headers: Headers) -> Caller:
-        """The caller of a proxied request (chat, passthrough)."""
+    def identify(self, headers: Headers) -> Caller:
+        """The caller of a request, its tenant not yet resolved; no IO (401 on a key that
+        is not one)."""
         key = bearer_key(headers)
         if self.config.mode == "keys":
-            return await self._gateway_key(key)
-        if key.strip().lower() in self._placeholders:
+            return self._gateway_key(key)
+        if is_placeholder(key):
             if not self.config.allow_anonymous:
                 raise Unauthorized(
                     "an API key is required: send it as 'Authorization: Bearer <key>' "
@@ -190,9 +205,18 @@ class Authenticator:
                     code="missing_api_key",
                 )
             key = ""  # every anonymous client is the one anonymous tenant
-        tenant = await self.tenants.tenant_for(key)
         quota = _bytes(self.config.quota_mb)
-        return Caller(tenant, key_id(key), None, None, self.config.trust_user_header, quota)
+        return Caller("", key_id(key), None, None, self.config.trust_user_header, quota, key)
+
+    async def resolve(self, caller: Caller) -> Caller:
+        """The caller with its tenant id (raises ``StoreUnavailable`` when the tenant
+        secret cannot be read)."""
+        tenant = await self.tenants.tenant_for(caller.tenant_name)
+        return replace(caller, tenant=tenant)
+
+    async def caller(self, headers: Headers) -> Caller:
+        """The caller of a request, tenant resolved."""
+        return await self.resolve(self.identify(headers))
 
     async def memory_caller(self, headers: Headers) -> Caller:
         """The caller of a memory API request: in forward mode, only with a key the
@@ -210,15 +234,23 @@ class Authenticator:
         if self.config.mode == "forward":
             self._remember(key_id(bearer_key(headers)), True, self.config.verify_s)
 
-    async def _gateway_key(self, key: str) -> Caller:
+    def refused(self, headers: Headers) -> None:
+        """The upstream refused this key (401): the memory API does too, from now on."""
+        if self.config.mode == "forward":
+            self._remember(key_id(bearer_key(headers)), False, REFUSED_S)
+
+    def _gateway_key(self, key: str) -> Caller:
         record = self.registry.lookup(key) if key else None
         if record is None:
             raise Unauthorized("invalid API key for this gateway", code="invalid_api_key")
         upstream = self.upstream_api_key
         if record.upstream_key is not None:
             upstream = self.config.upstream_keys[record.upstream_key]
-        tenant = await self.tenants.tenant_for("gateway-tenant:" + record.tenant)
-        return Caller(tenant, record.id, upstream, record.users, True, _bytes(record.quota_mb))
+        # A NUL can be in no Authorization header: no client key of forward mode can name
+        # the same tenant as a gateway key's tenant.
+        name = "\x00gateway-tenant:" + record.tenant
+        quota = _bytes(record.quota_mb)
+        return Caller("", record.id, upstream, record.users, True, quota, name)
 
     async def _accepted_upstream(self, key: str) -> bool:
         found = key_id(key)
@@ -256,7 +288,7 @@ def _bytes(megabytes: float | None) -> int | None:
 
 
 def _has_key(headers: Headers) -> bool:
-    return bearer_key(headers).strip().lower() not in PLACEHOLDER_KEYS
+    return not is_placeholder(bearer_key(headers))
 
 
 def is_admin(headers: Headers, admin_key: str | None) -> bool:

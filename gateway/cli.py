@@ -83,6 +83,10 @@ def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
         "log_level": settings.server.log_level,
         "log_config": logging_config(settings.server.log_level, settings.server.log_format),
         "access_log": False,
+        # A client's address is the socket's, unless it comes through a proxy named in
+        # server.trusted_proxies: an X-Forwarded-For from anyone else is not believed.
+        "proxy_headers": bool(settings.server.trusted_proxies),
+        "forwarded_allow_ips": ",".join(settings.server.trusted_proxies) or None,
         "http": BoundedHeadProtocol,
         "h11_max_incomplete_event_size": settings.server.max_header_bytes,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,8 +43,11 @@ class ServerConfig(_Section):
     # a token, when set, is required as "Authorization: Bearer <token>".
     metrics: bool = True
     metrics_token: str | None = None
-    # User ids on log lines at INFO: a short hash (lines about one user still group), or
-    # as sent.
+    # Proxies (addresses or networks) whose X-Forwarded-For / X-Forwarded-Proto name the
+    # client; none by default: a client's address is its socket's.
+    trusted_proxies: list[str] = []
+    # User ids on log lines at INFO: a short keyed hash (lines about one user still
+    # group), or as sent.
     log_user_ids: Literal["hash", "plain"] = "hash"
 
 
@@ -66,16 +70,28 @@ PASSTHROUGH_PATHS = (
 )  # fmt: skip
 
 
+# What a gateway key may reach by default (auth.mode: keys): the stateless endpoints
+# only. Files, batches, stored completions, responses, threads, vector stores, fine-tuning
+# jobs… belong to the upstream account, which every tenant of an operator key shares.
+STATELESS_PATHS = (
+    "models", "models/*", "embeddings", "completions", "moderations",
+    "images/generations", "images/edits", "images/variations",
+    "audio/speech", "audio/transcriptions", "audio/translations",
+)  # fmt: skip
+
+
 class UpstreamConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     api_key: str | None = None
     # /v1/* paths (other than chat completions) passed upstream as they are; others get
-    # 405. None: the OpenAI API's public endpoints (PASSTHROUGH_PATHS).
+    # 405. None: the OpenAI API's public endpoints (PASSTHROUGH_PATHS), or with gateway
+    # keys (auth.mode: keys) only the stateless ones (STATELESS_PATHS).
     passthrough: list[str] | None = None
 
-    @property
-    def passthrough_paths(self) -> list[str]:
-        return list(PASSTHROUGH_PATHS) if self.passthrough is None else self.passthrough
+    def passthrough_paths(self, gateway_keys: bool) -> list[str]:
+        if self.passthrough is not None:
+            return self.passthrough
+        return list(STATELESS_PATHS if gateway_keys else PASSTHROUGH_PATHS)
 
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
     # The pool: at most this many connections open at once (waiting for one counts
@@ -381,8 +397,21 @@ PLACEHOLDER_KEYS = (
     "", "empty", "none", "null", "nokey", "no-key", "sk-no-key-required", "ollama",
     "lm-studio", "lmstudio", "not-needed", "not_needed", "dummy", "sk-dummy", "sk-xxx",
     "key", "token", "test", "sk-test", "placeholder", "changeme", "fake", "sk-fake",
-    "anything", "x", "-", "bearer",
+    "anything", "x", "-", "bearer", "undefined", "your_api_key", "your-api-key",
+    "yourapikey", "api_key", "api-key", "apikey", "sk-xxxx", "sk-1234", "sk-...", "sk-",
+    "vllm", "llama", "llamacpp", "llama.cpp", "local", "localai", "openai", "secret",
 )  # fmt: skip
+# Shorter keys are refused too: no provider issues one, and every short default is one.
+MIN_KEY_CHARS = 8
+
+
+def is_placeholder(key: str) -> bool:
+    """Whether a key is no key: empty, a well-known stand-in (in any case or width, with
+    "Bearer " repeated before it), or too short to be anyone's."""
+    normal = unicodedata.normalize("NFKC", key).strip().casefold()
+    while normal.startswith("bearer") and normal[6:7] in (" ", "\t", ""):
+        normal = normal[6:].strip()
+    return normal in PLACEHOLDER_KEYS or len(normal) < MIN_KEY_CHARS
 
 
 class GatewayKey(_Section):
@@ -427,7 +456,7 @@ class AuthConfig(_Section):
         for key in self.keys:
             if key.upstream_key is not None and key.upstream_key not in self.upstream_keys:
                 raise ValueError(f"upstream_key {key.upstream_key!r} is not in upstream_keys")
-            if key.key.strip().lower() in PLACEHOLDER_KEYS:
+            if is_placeholder(key.key):
                 raise ValueError("a gateway key must not be a placeholder")
         if len({k.key for k in self.keys}) != len(self.keys):
             raise ValueError("keys: the same key is listed twice")

@@ -33,10 +33,19 @@ class Identity:
     user_id: str | None
     mode: MemoryMode
     quota_bytes: int | None = None  # the tenant's stored bytes allowed (None: no quota)
+    # The users whose sessions it may use (None: any session of the tenant).
+    users: frozenset[str] | None = None
 
 
 def bearer_key(headers: Headers) -> str:
-    value = headers.get("authorization", "")
+    """The key a request carries. Two Authorization headers are refused: the gateway
+    would check one and an upstream might use the other."""
+    found = headers.getlist("authorization")
+    if len(found) > 1:
+        raise InvalidRequest(
+            "send one Authorization header", param="Authorization", code="invalid_header"
+        )
+    value = found[0] if found else ""
     scheme, _, key = value.partition(" ")
     return key.strip() if scheme.lower() == "bearer" else value.strip()
 

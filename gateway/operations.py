@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gateway.errors import NotFound
+from gateway.errors import InvalidRequest, NotFound
 from gateway.memory.assemble import window_units
 from gateway.memory.export import iso_time, session_markdown
 from gateway.memory.model import Message, Pin, SessionState
@@ -29,6 +29,10 @@ from gateway.worker import JobRunner
 STATE_TAIL = 200
 # A pin's importance when neither given nor scored from a source message.
 DEFAULT_PIN_IMPORTANCE = 0.8
+
+
+# Pins a session may hold: every one is read at every turn (the top few are sent).
+MAX_PINS = 200
 
 
 def message_view(message: Message) -> dict[str, Any]:
@@ -113,7 +117,13 @@ class SessionOperations:
         importance: float | None = None,
         source_index: int | None = None,
     ) -> Pin:
-        await self.existing(keys)
+        state = await self.existing(keys)
+        if len(state.pins) >= MAX_PINS:
+            raise InvalidRequest(
+                f"a session holds at most {MAX_PINS} pins: delete one first",
+                param="content",
+                code="too_many_pins",
+            )
         if importance is None and source_index is not None:
             # Seed 004's heuristic scores the message the pin came from.
             source = await self.store.messages(keys, source_index, source_index)

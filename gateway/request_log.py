@@ -14,7 +14,6 @@ or today's plain text; every record emitted while a request is served carries it
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -95,18 +94,18 @@ def client_string(value: str) -> str:
     """A client-controlled string as logs show it: at most ``CLIENT_STRING_CHARS``
     characters, control and other non-printable characters escaped (``\\x1b``), so a
     "model" of a kilobyte of escape codes is neither a wall of text nor a forged line."""
-    shown = value[:CLIENT_STRING_CHARS]
+    shown = value[: CLIENT_STRING_CHARS + 1]
     if not shown.isprintable():
         shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in shown)
-    return shown + ("…" if len(value) > CLIENT_STRING_CHARS else "")
+    return shown if len(shown) <= CLIENT_STRING_CHARS else shown[:CLIENT_STRING_CHARS] + "…"
 
 
-def user_field(user_id: str, mode: str) -> str:
-    """A user id as logs show it (``server.log_user_ids``): a short hash by default, so
-    that lines about one user can be told apart without naming them."""
+def user_field(user_id: str, mode: str, keyed: Callable[[str], str]) -> str:
+    """A user id as logs show it (``server.log_user_ids``): a short keyed hash by default,
+    so that lines about one user can be told apart without naming them."""
     if mode == "plain":
         return client_string(user_id)
-    return "u-" + hashlib.sha256(user_id.encode()).hexdigest()[:16]
+    return "u-" + keyed(user_id)
 
 
 def note(**fields: Any) -> None:

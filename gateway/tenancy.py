@@ -31,3 +31,9 @@ class Tenants:
         await self.load()
         assert self._secret is not None
         return tenant_id(self._secret, name)
+
+    def keyed(self, value: str) -> str:
+        """A keyed hash of any value (a user id on a log line): not reversible by guessing
+        without the secret. Only once the secret is loaded (after ``tenant_for``)."""
+        assert self._secret is not None
+        return tenant_id(self._secret, "\x00" + value)[:16]

@@ -310,3 +310,22 @@ def test_check_config_never_prints_the_redis_password(
     assert main(["check-config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "s3cret-pw" not in out and "redis://user:***@localhost:6379/0" in out
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "  ", "EMPTY", "empty", "\uff25\uff2d\uff30\uff34\uff39",  # full-width EMPTY
+     "Bearer EMPTY", "bearer\tollama", "sk-no-key-required", "undefined", "YOUR_API_KEY",
+     "sk-xxxx", "sk-1234", "sk-...", "vllm", "short1"],
+)  # fmt: skip
+def test_placeholder_keys_are_no_keys(key: str) -> None:
+    from gateway.config import is_placeholder
+
+    assert is_placeholder(key)
+
+
+@pytest.mark.parametrize("key", ["sk-proj-abcdefghijklmnop", "token-abc123", "mg-0123456789"])
+def test_real_keys_are_keys(key: str) -> None:
+    from gateway.config import is_placeholder
+
+    assert not is_placeholder(key)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from gateway import codec
 from gateway.config import Composition, EmbeddingsConfig, MemoryConfig, RecallTier
 from gateway.embedder import StaticEmbedder
-from gateway.errors import QuotaExceeded
+from gateway.errors import NotFound, QuotaExceeded
 from gateway.identity import Identity, MemoryMode
 from gateway.memory import recall, rerank
 from gateway.memory.archive import Archive, ArchiveCache
@@ -209,6 +209,9 @@ class MemoryService:
         if loaded.usage is not None and identity.quota_bytes is not None:
             check_quota(loaded.usage, identity.quota_bytes)
         state = loaded.state
+        if identity.users is not None and state.exists and state.user_id not in identity.users:
+            # Another user's session, to a key limited to its users: as if it did not exist.
+            raise NotFound(f"session {identity.session_id!r} not found", param="session_id")
         archive = None
         if tier is not None:
             archive = await self._archive(keys, loaded.log, held, tier)

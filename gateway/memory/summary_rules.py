@@ -244,10 +244,15 @@ def instructions_in(source: str) -> list[str]:
     ]
 
 
+def _words_only(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
+
+
 def copies_instructions(text: str, source: str) -> bool:
-    """Whether ``text`` repeats, word for word, an order a person gave in ``source``."""
-    found = _normal(text)
-    return any(_normal(sentence) in found for sentence in instructions_in(source))
+    """Whether ``text`` repeats, word for word (punctuation aside), an order a person
+    gave in ``source``."""
+    found = _words_only(text)
+    return any(_words_only(sentence) in found for sentence in instructions_in(source))
 
 
 def echoes_prompt(text: str, prompt: str, source: str) -> bool:

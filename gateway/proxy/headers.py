@@ -24,6 +24,9 @@ HOP_BY_HOP = frozenset(
     }
 )
 GATEWAY_REQUEST_HEADERS = frozenset({"x-session-id", "x-user-id", "x-memory-mode"})
+# Which upstream account a request bills and sees: the client's to choose only with its
+# own key, never with the operator's.
+ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
 
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -47,7 +50,7 @@ def request_headers(
     if strip_gateway_headers:
         drop |= GATEWAY_REQUEST_HEADERS
     if api_key is not None:
-        drop |= {"authorization"}
+        drop |= {"authorization"} | ACCOUNT_HEADERS
     if identity_encoding:
         # We must read the answer to record it: ask for it uncompressed.
         drop |= {"accept-encoding"}

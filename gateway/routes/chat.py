@@ -76,8 +76,7 @@ class ChatCompletions:
         self._recordings: set[asyncio.Task[bool]] = set()
 
     async def handle(self, request: Request) -> Response:
-        caller = await self.auth.caller(request.headers)  # before any other work
-        request_log.note(tenant=caller.tenant)  # a keyed hash of the key, never the key
+        caller = self.auth.identify(request.headers)  # before any other work
         session_id = header_id(request.headers, "X-Session-Id")
         if session_id is None:
             if self.settings.server.require_session:
@@ -95,14 +94,19 @@ class ChatCompletions:
             model=request_log.client_string(chat.model),
             stream=chat.stream,
         )
-        if user_id is not None:
-            logged = request_log.user_field(user_id, self.settings.server.log_user_ids)
-            request_log.note(user_id=logged)
         if mode is MemoryMode.OFF:
             return await self.passthrough.forward(request, caller, body=body, extra=_MEMORY_OFF)
 
         try:
-            identity = Identity(caller.tenant, session_id, user_id, mode, caller.quota_bytes)
+            caller = await self.auth.resolve(caller)
+            request_log.note(tenant=caller.tenant)  # a keyed hash of the key, never the key
+            if user_id is not None:
+                mode_ = self.settings.server.log_user_ids
+                keyed = self.auth.tenants.keyed
+                request_log.note(user_id=request_log.user_field(user_id, mode_, keyed))
+            identity = Identity(
+                caller.tenant, session_id, user_id, mode, caller.quota_bytes, caller.users
+            )
             turn = await self.memory.prepare(identity, chat.messages, chat.model)
         except StoreUnavailable as error:
             if self.settings.redis.on_failure == "closed":
@@ -164,7 +168,9 @@ class ChatCompletions:
                         memory_headers,
                         record,
                         timer,
-                        lambda: self.auth.accepted(request.headers),
+                        lambda ok: (self.auth.accepted if ok else self.auth.refused)(
+                            request.headers
+                        ),
                     ),
                 )
             upstream = await unless_client_leaves(request.receive, opening)
@@ -173,6 +179,8 @@ class ChatCompletions:
         timer.upstream_answered()
         if upstream.status_code == 200:
             self.auth.accepted(request.headers)
+        elif upstream.status_code == 401:
+            self.auth.refused(request.headers)
         if upstream.status_code != 200:
             body = relay_stream(upstream, decoded=True)
             return streamed(upstream, body, decoded=True, extra=memory_headers)
@@ -197,7 +205,7 @@ class ChatCompletions:
         memory_headers: dict[str, str],
         record: bool,
         timer: metrics.RequestTimer,
-        accepted: Callable[[], None],
+        accepted: Callable[[bool], None],
     ) -> Response:
         upstream = await opening
         try:
@@ -210,8 +218,8 @@ class ChatCompletions:
             await close_quietly(upstream)
         timer.upstream_answered()  # the whole answer: it is relayed only once read
         headers = dict(memory_headers)
-        if upstream.status_code == 200:
-            accepted()  # the upstream took the client's key
+        if upstream.status_code in (200, 401):
+            accepted(upstream.status_code == 200)  # the upstream took the client's key, or not
             try:
                 completion = codec.loads(raw)
             except ValueError:

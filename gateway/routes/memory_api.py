@@ -148,15 +148,23 @@ class MemoryAPI:
     async def _keys(self, request: Request) -> SessionKeys:
         caller = await self._caller(request)  # before any other work
         session_id = check_id(request.path_params["sid"], "session_id")
-        return SessionKeys(caller.tenant, session_id)
+        keys = SessionKeys(caller.tenant, session_id)
+        if caller.users is not None:
+            # A key limited to some users: another user's session is not there for it.
+            meta = await self.store.meta(keys)
+            if meta and not caller.may_see(meta.get("user_id")):
+                raise NotFound(f"session {session_id!r} not found", param="session_id")
+        return keys
 
     async def list_sessions(self, request: Request) -> Response:
-        tenant = (await self._caller(request)).tenant
+        caller = await self._caller(request)
+        tenant = caller.tenant
         search = request.query_params.get("search") or None
         if search is not None:
             check_id(search, "search")
         listed = await self.ops.sessions(tenant, search=search, limit=_limit(request))
-        return JSONResponse({"sessions": [session.to_data() for session in listed]})
+        visible = [s for s in listed if caller.may_see(s.user_id)]
+        return JSONResponse({"sessions": [session.to_data() for session in visible]})
 
     async def get_session(self, request: Request) -> Response:
         keys = await self._keys(request)
@@ -212,6 +220,9 @@ class MemoryAPI:
     async def add_pin(self, request: Request) -> Response:
         keys = await self._keys(request)
         body, _ = parse_body(_PinBody, await read_body(request, self.max_body_bytes))
+        caller = await self._caller(request)
+        if caller.quota_bytes is not None:
+            check_quota(await self.store.usage(keys.tenant), caller.quota_bytes)
         pin = await self.ops.add_pin(keys, body.content, body.importance, body.source_index)
         return JSONResponse(pin.to_data(), status_code=201)
 

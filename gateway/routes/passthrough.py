@@ -76,8 +76,7 @@ class Passthrough:
 
     async def handle(self, request: Request) -> Response:
         """``/v1/*`` other than chat completions: the caller authenticated, then forwarded."""
-        caller = await self.auth.caller(request.headers)
-        return await self.forward(request, caller)
+        return await self.forward(request, self.auth.identify(request.headers))
 
     def allows(self, path: str) -> bool:
         """Whether a ``/v1/…`` path is on the allowlist."""
@@ -94,7 +93,8 @@ class Passthrough:
     ) -> Response:
         path = request.scope["path"]  # not request.url: building it is ~2% of a request
         check_path(request.scope.get("raw_path") or path.encode(), path)
-        if path != "/v1/chat/completions" and not self.allows(path):
+        chat = path == "/v1/chat/completions" and request.method == "POST"
+        if not chat and not self.allows(path):
             raise NotAllowed(
                 f"{path} is not passed to the upstream (upstream.passthrough)",
                 code="path_not_allowed",
@@ -123,4 +123,8 @@ class Passthrough:
             except ClientGone:
                 return Response(status_code=CLIENT_CLOSED)
         timer.upstream_answered()
+        if upstream.status_code == 401:
+            self.auth.refused(request.headers)  # the memory API refuses the key too, now
+        elif 200 <= upstream.status_code < 300:
+            self.auth.accepted(request.headers)
         return streamed(upstream, relay_stream(upstream), decoded=False, extra=extra)

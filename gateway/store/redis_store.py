@@ -338,6 +338,14 @@ redis.call('EXPIRE', KEYS[2], tonumber(ARGV[1]))
 return 1
 """
 
+# KEYS: a tenant's usage. ARGV: bytes erased. A tenant whose last bytes go has no count.
+RELEASE_USAGE_SCRIPT = """
+if redis.call('DECRBY', KEYS[1], ARGV[1]) <= 0 then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+
 # KEYS: lease. ARGV: holder. Releases the lease only if we still hold it.
 RELEASE_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -454,6 +462,7 @@ class RedisStore:
         self._release = client.register_script(RELEASE_SCRIPT)
         self._end = client.register_script(END_SCRIPT)
         self._save_vectors = client.register_script(SAVE_VECTORS_SCRIPT)
+        self._release_usage = client.register_script(RELEASE_USAGE_SCRIPT)
         self._load = client.register_script(LOAD_SCRIPT)
         self._archive_page = client.register_script(ARCHIVE_PAGE_SCRIPT)
         self._tiers = TiersCache()
@@ -943,8 +952,10 @@ class RedisStore:
         meta = await self.meta(keys)
         deleted: int = await self.bounded(lambda: self.client.delete(*keys.all()))
         if deleted and meta.get("bytes"):
-            stored = int(meta["bytes"])
-            await self.bounded(lambda: self.client.decrby(usage_key(keys.tenant), stored))
+            args = [int(meta["bytes"])]
+            await self.bounded(
+                lambda: self._release_usage(keys=[usage_key(keys.tenant)], args=args)
+            )
         await self.pipeline(lambda pipe: catalog.forget_session(pipe, keys))
         if meta.get("user_id"):
             await self.forget_user_session(UserKeys(keys.tenant, meta["user_id"]), keys.session_id)

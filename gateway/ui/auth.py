@@ -57,8 +57,14 @@ class AdminAuth:
         return "authorization" in request.headers and self.is_key(bearer_key(request.headers))
 
     async def allows(self, request: Request) -> bool:
-        if self.by_key(request):
-            return True
+        if "authorization" in request.headers:
+            # A script's key is a login attempt like the form's: limited alike.
+            if await self.too_many_attempts(request):
+                return False
+            if self.by_key(request):
+                return True
+            await self.failed(request)
+            return False
         token = request.cookies.get(COOKIE, "")
         if not token:
             return False

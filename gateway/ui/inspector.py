@@ -107,10 +107,11 @@ SECURITY_HEADERS = {
 
 
 def _same_origin(request: Request) -> bool:
-    """A state-changing request must say where it comes from, and come from here: a form
-    of another site (or a request that hides its origin) changes nothing."""
-    origin = request.headers.get("origin")
-    return bool(origin) and urlsplit(origin).netloc == request.headers.get("host")
+    """A state-changing request must say where it comes from, and come from here (the
+    same scheme and host): a form of another site, or a request that hides its origin,
+    changes nothing."""
+    origin = urlsplit(request.headers.get("origin", ""))
+    return (origin.scheme, origin.netloc) == (request.url.scheme, request.headers.get("host"))
 
 
 class Inspector:

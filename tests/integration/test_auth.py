@@ -116,11 +116,14 @@ def keyed(make_gateway: GatewayFactory) -> Iterator[GatewayFactory]:
             "keys": [
                 {"key": "gw-key-alice-0123456789", "tenant": "team-a", "users": ["alice"]},
                 {"key": "gw-key-any-user-0123456", "tenant": "team-a"},
+                {"key": "gw-key-another-01234567", "tenant": "team-a"},
                 {"key": "gw-key-team-b-012345678", "tenant": "team-b"},
             ],
             **auth,
         }
-        return make_gateway(upstream={"api_key": UPSTREAM_KEY}, auth=settings)
+        # The passthrough's default list, which keys mode narrows.
+        upstream = {"api_key": UPSTREAM_KEY, "passthrough": None}
+        return make_gateway(upstream=upstream, auth=settings)
 
     yield make
 
@@ -132,7 +135,7 @@ def test_a_gateway_key_names_its_tenant_and_the_upstream_gets_the_operator_key(
     say(sdk(gateway, "gw-key-any-user-0123456", session_id), "my locker code is 8841")
     assert fake_upstream.chat_requests()[-1].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
     # The same tenant, through another of its keys; another tenant's key sees nothing.
-    same = Memory(gateway, "gw-key-alice-0123456789", session_id)
+    same = Memory(gateway, "gw-key-another-01234567", session_id)
     assert same.state()["message_count"] == 2
     other = Memory(gateway, "gw-key-team-b-012345678", session_id)
     assert other.http.get(other.base).status_code == 404
@@ -274,4 +277,86 @@ def test_a_tenant_at_its_quota_stores_no_more_until_it_erases(
     )
     assert memory.http.delete(memory.base).status_code == 204
     assert chat(gateway, key, **{"X-Session-Id": session_id}).status_code == 200
+    memory.http.close()
+
+
+def test_a_key_limited_to_its_users_sees_no_other_users_sessions(
+    keyed: GatewayFactory, session_id: str
+) -> None:
+    gateway = keyed(
+        keys=[
+            {"key": "gw-key-alice-0123456789", "tenant": "team-a", "users": ["alice"]},
+            {"key": "gw-key-bob-01234567890", "tenant": "team-a", "users": ["bob"]},
+        ]
+    )
+    alice = {"Authorization": "Bearer gw-key-alice-0123456789"}
+    bob = {"Authorization": "Bearer gw-key-bob-01234567890"}
+    said = chat(gateway, alice, **{"X-Session-Id": session_id, "X-User-Id": "alice"})
+    assert said.status_code == 200
+    base = f"{gateway.url}/memory/sessions/{session_id}"
+    for method, path in [("GET", ""), ("GET", "/export"), ("GET", "/pins"), ("DELETE", "")]:
+        envelope(httpx.request(method, base + path, headers=bob), 404, "not_found")
+    preview = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    envelope(
+        httpx.post(base + "/context", json=preview, headers={**bob, "X-User-Id": "bob"}),
+        404,
+        "not_found",
+    )
+    taken = chat(gateway, bob, **{"X-Session-Id": session_id, "X-User-Id": "bob"})
+    envelope(taken, 404, "not_found")  # and the session stays alice's
+    listed = httpx.get(gateway.url + "/memory/sessions", headers=bob).json()["sessions"]
+    assert session_id not in [s["session_id"] for s in listed]
+    envelope(chat(gateway, bob, **{"X-Session-Id": session_id + "-b"}), 403, "user_required")
+    mine = httpx.get(base, headers=alice).json()
+    assert mine["user_id"] == "alice" and mine["message_count"] == 2
+
+
+def test_gateway_keys_reach_only_the_stateless_endpoints_of_the_operator_account(
+    keyed: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    gateway = keyed()
+    key = {"Authorization": "Bearer gw-key-any-user-0123456", "OpenAI-Organization": "org-x"}
+    for method, path in [("GET", "/v1/files"), ("GET", "/v1/chat/completions"),
+                         ("GET", "/v1/batches"), ("POST", "/v1/fine_tuning/jobs")]:  # fmt: skip
+        envelope(httpx.request(method, gateway.url + path, headers=key), 405, "path_not_allowed")
+    assert fake_upstream.requests == []
+    models = httpx.get(gateway.url + "/v1/models", headers=key)
+    assert models.status_code == 200
+    seen = fake_upstream.requests[-1].headers
+    assert seen["authorization"] == f"Bearer {UPSTREAM_KEY}" and "openai-organization" not in seen
+
+
+def test_two_authorization_headers_are_refused(gateway: ServerThread, api_key: str) -> None:
+    headers = [("Authorization", f"Bearer {api_key}"), ("Authorization", "Bearer sk-other-key")]
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        headers=headers,
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    envelope(response, 400, "invalid_header")
+
+
+def test_a_key_the_upstream_refuses_in_a_chat_loses_the_memory_api_at_once(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    memory = Memory(gateway, api_key, session_id)
+    memory.add(2)  # accepted, and remembered as such for auth.verify_s
+    fake_upstream.rejected_keys.add(api_key)
+    assert chat(gateway, {"Authorization": f"Bearer {api_key}"}).status_code == 401
+    envelope(memory.http.get(memory.base), 401, "invalid_api_key")
+    memory.http.close()
+
+
+def test_a_session_holds_a_bounded_number_of_pins(
+    gateway: ServerThread, api_key: str, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway import operations
+
+    monkeypatch.setattr(operations, "MAX_PINS", 3)
+    memory = Memory(gateway, api_key, session_id)
+    memory.add(2)
+    for n in range(3):
+        assert memory.http.post(memory.base + "/pins", json={"content": f"p{n}"}).status_code == 201
+    refused = memory.http.post(memory.base + "/pins", json={"content": "one more"})
+    envelope(refused, 400, "too_many_pins")
     memory.http.close()

@@ -380,6 +380,7 @@ def test_chat_completions_under_hypothesis(fuzz_target: tuple[ServerThread, Redi
 
 _KEY = re.compile(rb"^mg:\{([0-9a-f]+)\.([ui]?)([0-9a-f]+)\}:([a-z]+)$")
 _TENANTS = re.compile(rb"^mg:tenants:\{t[0-9]+\}$")
+_USAGE = re.compile(rb"^mg:\{([0-9a-f]+)\}:usage$")  # a tenant's stored bytes
 
 
 def assert_no_garbage(redis: RedisProcess, accepted: set[tuple[str, str]]) -> None:
@@ -395,6 +396,11 @@ def assert_no_garbage(redis: RedisProcess, accepted: set[tuple[str, str]]) -> No
                 continue
             if _TENANTS.match(key):  # the catalog's index of tenants
                 assert {m.decode() for m in client.zrange(key, 0, -1)} <= tenants, key
+                continue
+            usage = _USAGE.match(key)
+            if usage is not None:
+                assert usage.group(1).decode() in tenants, key
+                assert int(client.get(key)) > 0, key
                 continue
             match = _KEY.match(key)
             assert match, f"a key outside the schema: {key!r}"

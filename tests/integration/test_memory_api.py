@@ -73,7 +73,8 @@ def test_pins_add_list_delete_and_automatic_pins(
     bad = memory.http.post(memory.base + "/pins", json={"content": "", "importance": 3})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "content"
     context = memory.context("what is the wifi password?")["messages"][0]["content"]
-    assert "## Pinned\n- the wifi password is tulip-42" in context
+    # The user's own request to remember it, quoted as theirs.
+    assert '## Pinned\n- the user asked to remember: "the wifi password is tulip-42"' in context
     pin_id = created.json()["id"]
     assert memory.http.delete(f"{memory.base}/pins/{pin_id}").status_code == 204
     assert memory.http.delete(f"{memory.base}/pins/{pin_id}").status_code == 404

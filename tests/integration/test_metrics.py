@@ -67,7 +67,8 @@ def test_requests_upstream_redis_and_tokens_are_counted(
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     with pytest.raises(openai.InternalServerError):
         say(client, "this one meets an upstream error", model="error-500")
-    assert httpx.get(gateway.url + "/v1/models", timeout=10).status_code == 200
+    models = httpx.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
+    assert models.status_code == 200
     state = httpx.get(
         f"{gateway.url}/memory/sessions/{session_id}",
         headers={"Authorization": f"Bearer {api_key}"},

@@ -20,7 +20,7 @@ def test_method_query_body_and_status_pass_untouched(
         method,
         gateway.url + "/v1/echo/embeddings?status=201&b=%2F+x&a=1",
         content=body,
-        headers={"Authorization": "Bearer sk-pass", "X-Custom": "kept"},
+        headers={"Authorization": "Bearer sk-pass-client-key", "X-Custom": "kept"},
     )
     assert response.status_code == 201
     echoed = response.json()
@@ -29,12 +29,12 @@ def test_method_query_body_and_status_pass_untouched(
     assert echoed["query"] == "status=201&b=%2F+x&a=1"
     assert echoed["body"] == body.decode()
     assert echoed["headers"]["x-custom"] == "kept"
-    assert echoed["headers"]["authorization"] == "Bearer sk-pass"
+    assert echoed["headers"]["authorization"] == "Bearer sk-pass-client-key"
     assert response.headers["x-upstream"] == "echo"
     assert "keep-alive" not in response.headers  # hop-by-hop stays on its hop
 
 
-KEY = {"Authorization": "Bearer sk-pass"}
+KEY = {"Authorization": "Bearer sk-pass-client-key"}
 
 
 def test_models_list(gateway: ServerThread) -> None:
