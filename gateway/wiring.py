@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.embedder import StaticEmbedder
+from gateway.embedder import StaticEmbedder, single_threaded_blas
 from gateway.memory.summarizer import Summarizer
 from gateway.proxy.upstream import Upstream, UpstreamChatModel, UpstreamEmbeddings
 from gateway.store.loop_lag import MAX_EXTRA_S
@@ -91,7 +91,10 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
             model=embeddings.model,
             timeout_s=embeddings.timeout_s,
         )
-    vectors = StaticEmbedder.load() if recall is not None and recall.semantic else None
+    vectors = None
+    if recall is not None and recall.semantic:
+        vectors = StaticEmbedder.load()
+        single_threaded_blas()
     return Clients(
         embedder=embedder,
         vectors=vectors,

@@ -215,7 +215,10 @@ def _words_score(archive: Archive, query: Query, weights: Weights) -> npt.NDArra
     if n == 0 or not query.terms:
         return scores
     lengths = np.frombuffer(archive.lengths, dtype=np.uint32)
-    norm = weights.k1 * (1 - weights.b + weights.b * lengths / max(archive.total_length / n, 1.0))
+    # BM25's length normalisation, k1 * (1 - b + b * length / mean length), computed
+    # only where a term occurs (not over the whole archive, twice per request).
+    flat = weights.k1 * (1 - weights.b)
+    per_term = weights.k1 * weights.b / max(archive.total_length / n, 1.0)
     for term, weight in query.terms.items():
         entry = archive.postings.get(term)
         if entry is None:
@@ -224,7 +227,8 @@ def _words_score(archive: Archive, query: Query, weights: Weights) -> npt.NDArra
         tf = np.frombuffer(entry[1], dtype=np.uint32).astype(np.float64)
         df = len(positions)
         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        scores[positions] += weight * idf * tf * (weights.k1 + 1) / (tf + norm[positions])
+        norm = flat + per_term * lengths[positions]
+        scores[positions] += weight * idf * tf * (weights.k1 + 1) / (tf + norm)
     return scores
 
 
@@ -261,6 +265,8 @@ def rank(
         for scores, extra in zip(fused, more, strict=True):
             scores += weights.feedback * (1 - semantic) * extra
             scores[scores < 0] = 0.0  # (exclusions stay excluded)
+    if len(sources) == 1:  # (the usual case: already in order)
+        return _best(0, sources[0].archive.first, fused[0], limit)
     hits: list[Hit] = []
     for number, (source, scores) in enumerate(zip(sources, fused, strict=True)):
         hits += _best(number, source.archive.first, scores, limit)

@@ -360,6 +360,9 @@ class MemoryService:
         outside the window (and, for a young session, its user's earlier sessions')."""
         shown = {m.index for unit in window_units(plan, tiers, self.composition) for m in unit}
         shown |= {m.index for m in plan.new if m.index}
+        unseen = len(archive.messages) - sum(archive.first <= i <= archive.count for i in shown)
+        if not unseen and not others:
+            return iter(())  # a short session is all in the window: nothing to look for
         sources = [recall.Source(archive, frozenset(shown))]
         sessions: list[str | None] = [None]
         for peer, peer_archive in others.items():
