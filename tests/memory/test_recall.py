@@ -18,6 +18,7 @@ from gateway.memory.recall import (
     Query,
     Source,
     Weights,
+    _best,
     build_query,
     lead_in,
     named_days,
@@ -276,3 +277,29 @@ def test_rerank_orders_this_sessions_candidates_by_meaning() -> None:
     reordered = rerank(hits, [1.0, 0.0], vectors_by_index, weight=1.0)
     assert [h.index for h in reordered] == [2, 3, 1]  # another session's keeps its score
     assert rerank([], [1.0], {}, weight=0.5) == []
+
+
+# --- the best k of many scores ---------------------------------------------------------
+
+
+def _best_by_sorting(scores: list[float], limit: int) -> list[tuple[int, float]]:
+    """What ``_best`` must give, the plain way: positive scores, best first, of equal
+    scores the newer message first."""
+    order = sorted((p for p, s in enumerate(scores) if s > 0), key=lambda p: (-scores[p], -p))
+    return [(p, round(scores[p], 6)) for p in order[:limit]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([0.0, -1.0, 0.5, 0.25]),  # ties and exclusions, often
+            st.floats(min_value=-1, max_value=3, allow_nan=False),
+        ),
+        max_size=400,
+    ),
+    st.integers(min_value=1, max_value=64),
+)
+def test_the_best_hits_are_those_a_full_sort_gives(scores: list[float], limit: int) -> None:
+    hits = _best(0, 1, np.array(scores, dtype=np.float64), limit)
+    assert [(h.index - 1, h.score) for h in hits] == _best_by_sorting(scores, limit)
