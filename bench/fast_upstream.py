@@ -11,6 +11,17 @@ Content-Length body, and answers ``POST …/chat/completions`` with a fixed comp
 
 ``GET …/models`` lists the models. Anything else gets 404.
 
+Abusive answers for ``bench/abuse.py``, chosen by a model name that starts with ``abuse-``
+(written with flow control: the server sends only as fast as its reader takes, so a
+gateway that stops reading holds the stream without this process buffering it):
+
+- ``abuse-huge`` (``abuse-huge-m<MB>``): a 100 MB answer, one JSON completion with a
+  ``Content-Length``, or an SSE stream of 1 KiB content pieces;
+- ``abuse-gzip-bomb`` (``-m<MB>``): ``Content-Encoding: gzip``, ~51 KB on the wire that
+  decode to a 52 MB completion (or event stream);
+- ``abuse-endless`` (``abuse-endless-s<ms>``: one piece every ``ms``): an answer that
+  never ends, as fast as it is read unless paced; a JSON one is an unending string.
+
 Timings come from the command line (the defaults) or from the requested model's name:
 one that contains ``t<ms>-c<chunks>-s<ms>`` (``bench-t0-c1-s0``, ``bench-t0-c7-s100``)
 is served with those values, so one upstream serves every scenario of a run, through
@@ -24,11 +35,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
+import random
 import re
 import socket
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 _TIMING = re.compile(r"t(\d+)-c(\d+)-s(\d+)")
@@ -95,6 +109,75 @@ _DONE = b"data: [DONE]\n\n"
 _DONE_CHUNKED = b"%x\r\n%s\r\n0\r\n\r\n" % (len(_DONE), _DONE)
 
 
+# --- Abusive answers (bench/abuse.py) -----------------------------------------------------
+
+_ABUSE = re.compile(r"abuse-(huge|gzip-bomb|endless)(?:-m(\d+))?(?:-s(\d+))?")
+_MB = 1_000_000
+_PIECE = 1024  # content characters per streamed event of an abusive answer
+_WRITE_BATCH = 64 * 1024  # bytes written between two waits for the reader
+
+
+@dataclass(frozen=True)
+class Abuse:
+    kind: str  # huge, gzip-bomb or endless
+    size: int  # content bytes (0: endless)
+    spacing_ms: float = 0.0
+
+    @classmethod
+    def for_model(cls, model: str) -> Abuse | None:
+        found = _ABUSE.search(model)
+        if found is None:
+            return None
+        kind, mb, spacing = found.groups()
+        default_mb = {"huge": 100, "gzip-bomb": 52, "endless": 0}[kind]
+        return cls(kind, int(mb or default_mb) * _MB, float(spacing or 0))
+
+
+@lru_cache(maxsize=1)
+def _text_block() -> str:
+    """64 KiB of lowercase words (fixed seed): content a tokenizer has real work on."""
+    rng = random.Random(22)
+    words: list[str] = []
+    length = 0
+    while length < 64 * 1024:
+        word = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9)))
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)[: 64 * 1024]
+
+
+@lru_cache(maxsize=1)
+def _pieces() -> tuple[bytes, ...]:
+    """Chunked SSE events of ``_PIECE`` characters each, cycled through by a stream."""
+    block = _text_block()
+    return tuple(
+        _chunk("abuse", {"content": block[at : at + _PIECE]}, None)
+        for at in range(0, len(block) - _PIECE + 1, _PIECE)
+    )
+
+
+def _completion_parts(model: str) -> tuple[bytes, bytes]:
+    """A JSON completion split where its content goes: (before, after)."""
+    marker = "\u0000CONTENT\u0000"
+    whole = json.loads(_completion(model, 1))
+    whole["choices"][0]["message"]["content"] = marker
+    before, after = json.dumps(whole).split(json.dumps(marker)[1:-1])
+    return before.encode(), after.encode()
+
+
+@lru_cache(maxsize=4)
+def _gzip_bomb(size: int, stream: bool) -> bytes:
+    """A body of ``size`` repeated bytes, gzipped (~1,000:1: 52 MB is ~51 KB)."""
+    if stream:
+        event = _chunk("abuse", {"content": "a" * _PIECE}, None)
+        data = event[event.index(b"\r\n") + 2 : -2]  # the event without its chunk framing
+        body = data * (size // _PIECE) + _DONE
+    else:
+        before, after = _completion_parts("abuse")
+        body = before + b"a" * size + after
+    return gzip.compress(body, compresslevel=9)
+
+
 def _dechunk(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
     """A chunked body from ``start``: (body, bytes consumed), or None while incomplete."""
     body = bytearray()
@@ -122,6 +205,8 @@ class _Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.busy = False  # answering a request (a pipelined next one waits in the buffer)
+        self.writable = asyncio.Event()  # cleared while the reader lags (abusive answers wait)
+        self.writable.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
@@ -132,6 +217,20 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.writable.set()  # a writer waiting for the reader learns it is gone
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    async def _drain(self) -> None:
+        """Wait until the reader took what was written (abusive answers only)."""
+        await self.writable.wait()
+        await asyncio.sleep(0)  # a reader as fast as us must not starve other connections
+        if self.transport is None:
+            raise ConnectionError("client gone")
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -212,6 +311,10 @@ class _Connection(asyncio.Protocol):
         except ValueError:
             request = {}
         model = str(request.get("model", "bench"))
+        abuse = Abuse.for_model(model)
+        if abuse is not None:
+            await self._abusive(abuse, model, bool(request.get("stream")))
+            return
         timing = self.server.timing.for_model(model)
         if request.get("stream"):
             await self._stream(model, timing)
@@ -233,6 +336,61 @@ class _Connection(asyncio.Protocol):
                 await asyncio.sleep(timing.spacing_ms / 1000)
             self._write(_chunk(model, {"content": "ok "}, None))
         self._write(_chunk(model, {}, "stop") + _DONE_CHUNKED)
+
+    async def _abusive(self, abuse: Abuse, model: str, stream: bool) -> None:
+        if abuse.kind == "gzip-bomb":
+            body = _gzip_bomb(abuse.size, stream)
+            kind = "text/event-stream" if stream else "application/json"
+            extra = f"content-encoding: gzip\r\ncontent-length: {len(body)}\r\n"
+            self._write(_head("200 OK", kind, extra))
+            for at in range(0, len(body), _WRITE_BATCH):
+                self._write(body[at : at + _WRITE_BATCH])
+                await self._drain()
+            return
+        if stream:
+            await self._abusive_stream(abuse, model)
+        else:
+            await self._abusive_json(abuse, model)
+
+    async def _abusive_stream(self, abuse: Abuse, model: str) -> None:
+        self._write(_head("200 OK", "text/event-stream", "transfer-encoding: chunked\r\n"))
+        self._write(_chunk(model, {"role": "assistant", "content": ""}, None))
+        pieces = _pieces()
+        sent = written = 0
+        while abuse.kind == "endless" or sent < abuse.size:
+            piece = pieces[(sent // _PIECE) % len(pieces)]
+            self._write(piece)
+            sent += _PIECE
+            written += len(piece)
+            if abuse.spacing_ms:
+                await asyncio.sleep(abuse.spacing_ms / 1000)
+                await self._drain()
+            elif written >= _WRITE_BATCH:
+                written = 0
+                await self._drain()
+        self._write(_chunk(model, {}, "stop") + _DONE_CHUNKED)
+
+    async def _abusive_json(self, abuse: Abuse, model: str) -> None:
+        before, after = _completion_parts(model)
+        block = _text_block().encode()
+        if abuse.kind == "endless":
+            self._write(_head("200 OK", "application/json", "transfer-encoding: chunked\r\n"))
+            self._write(b"%x\r\n%s\r\n" % (len(before), before))
+            piece = b"%x\r\n%s\r\n" % (len(block), block)
+            while True:
+                self._write(piece)
+                if abuse.spacing_ms:
+                    await asyncio.sleep(abuse.spacing_ms / 1000)
+                await self._drain()
+        length = len(before) + abuse.size + len(after)
+        self._write(_head("200 OK", "application/json", f"content-length: {length}\r\n"))
+        self._write(before)
+        left = abuse.size
+        while left > 0:
+            self._write(block[:left])
+            left -= len(block)
+            await self._drain()
+        self._write(after)
 
 
 class FastUpstream:

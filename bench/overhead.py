@@ -171,7 +171,9 @@ def process(
 
 def gateway_config(path: Path, upstream: str, redis_url: str, *, worker: bool) -> Path:
     config = {
-        "server": {"log_level": "warning"},
+        # The load generator is one client address holding up to 1,024 streams: not
+        # capped as one abusive client would be (server.max_connections_per_client).
+        "server": {"log_level": "warning", "max_connections_per_client": 0},
         "upstream": {"base_url": upstream},
         "redis": {"url": redis_url},
         "summarizer": {"model": SUMMARIZER_MODEL},

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp
 
 from gateway.auth import Authenticator, KeyRegistry
@@ -27,12 +28,14 @@ from gateway.metrics import MetricsMiddleware
 from gateway.openapi import serve_openapi
 from gateway.operations import SessionOperations
 from gateway.proxy.upstream import Upstream
+from gateway.rate_limits import RateLimitMiddleware, rate_limiter
 from gateway.routes.admin import AdminAPI
 from gateway.routes.chat import ChatCompletions
 from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.metrics import MetricsEndpoint
 from gateway.routes.passthrough import Passthrough
+from gateway.routes.relay import CLIENT_CLOSED
 from gateway.store.durability import warn_if_not_durable
 from gateway.store.gateway_keys import GatewayKeys
 from gateway.store.keys import SessionKeys
@@ -49,7 +52,7 @@ ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.response_headers())
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
@@ -61,9 +64,36 @@ async def _store_unavailable(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**_without_allow(headers), "allow": _allowed_methods(request)}
     return JSONResponse(
-        error_body(str(exc.detail), kind, code=str(exc.status_code)), status_code=exc.status_code
+        error_body(str(exc.detail), kind, code=str(exc.status_code)),
+        status_code=exc.status_code,
+        headers=headers,
     )
+
+
+def _without_allow(headers: Mapping[str, str] | None) -> dict[str, str]:
+    return {name: value for name, value in (headers or {}).items() if name.lower() != "allow"}
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method a 405's path takes. Starlette's Allow names only the first route of
+    the path, and one path may have a route per method (the memory API's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return ", ".join(sorted(methods))
+
+
+async def _client_left(request: Request, exc: Exception) -> Response:
+    # The client left before its body was whole, or was cut off at the body's deadline
+    # (http_protocol answered it 408): no one to answer, and nothing unexpected.
+    return Response(status_code=CLIENT_CLOSED)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -130,7 +160,9 @@ def create_app(
         runner.store, tokenizer, settings.memory, embedder, vectors=vectors, archives=archives
     )
     operations = SessionOperations(api_memory, runner)
-    memory_api = MemoryAPI(operations, auth, max_body_bytes=settings.server.max_body_bytes)
+    memory_api = MemoryAPI(
+        operations, auth, max_body_bytes=settings.server.max_body_bytes, limits=settings.server
+    )
     gateway_keys = GatewayKeys(runner.store)
 
     @asynccontextmanager
@@ -191,14 +223,21 @@ def create_app(
         routes += AdminAPI(settings.auth, gateway_keys, registry).routes()
     if settings.ui.enabled:
         routes += Inspector(operations, settings.ui).routes()
+    # Rate limits (``limits``): not installed at all when none is configured.
+    limiter = rate_limiter(settings, store)
+    middleware = []
+    if limiter is not None:
+        middleware.append(Middleware(RateLimitMiddleware, limiter=limiter, auth=auth))
     return _Gateway(
         metrics=settings.server.metrics,
         access_log=settings.server.access_log,
         routes=routes,
+        middleware=middleware,
         exception_handlers={
             GatewayError: _gateway_error,
             StoreUnavailable: _store_unavailable,
             HTTPException: _http_error,
+            ClientDisconnect: _client_left,
             Exception: _unexpected,
         },
         lifespan=lifespan,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pydantic_core
 from pydantic import (
@@ -26,7 +26,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from gateway.errors import InvalidRequest
+from gateway import offload
+from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.memory.model import PROMPT_ROLES, Message
 
 # Longer than any model name or path a server uses; keeps a fuzzed megabyte out of logs.
@@ -104,6 +105,121 @@ class ChatRequest:
     model: str
     messages: tuple[Message, ...]
     stream: bool
+
+
+class MessageLimits(Protocol):
+    """Caps on what one request may hold, below the body's: ``ServerConfig`` is one
+    (``server.max_messages``, ``server.max_message_bytes``)."""
+
+    @property
+    def max_messages(self) -> int: ...
+
+    @property
+    def max_message_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """``MessageLimits`` with the config's defaults."""
+
+    max_messages: int = 2048
+    max_message_bytes: int = 1024 * 1024
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def check_message_count(messages: Any, limits: MessageLimits) -> None:
+    """Refuse more than ``max_messages`` messages (400), before any is validated: a
+    hundred thousand tiny messages cost more to check than one large one."""
+    if isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise InvalidRequest(
+            f"messages: {len(messages)} messages, more than the {limits.max_messages} "
+            "one request may hold",
+            param="messages",
+            code="too_many_messages",
+        )
+
+
+# Every message has a "role" key; elsewhere the bytes "role" (quotes included) appear
+# only as a string that is that word or ends in an escaped quote and it, or another
+# object's key: rare. A body holding them several times more often than messages may be
+# sent is refused before it is parsed. Parsing builds every object holding the GIL
+# (100,000 tiny messages: ~40 ms the event loop could not run); counting a token in the
+# bytes takes a millisecond. The exact count is checked once parsed.
+_ROLE = b'"role"'
+_ROLE_MARGIN = 4
+
+
+def check_raw_message_count(raw: bytes, limits: MessageLimits) -> None:
+    """Refuse, before parsing, a body with far more messages than ``max_messages``."""
+    most = _ROLE_MARGIN * limits.max_messages
+    if len(raw) > len(_ROLE) * most and raw.count(_ROLE) > most:
+        raise InvalidRequest(
+            f"messages: more than the {limits.max_messages} messages one request may hold",
+            param="messages",
+            code="too_many_messages",
+        )
+
+
+def _utf8_over(texts: Sequence[str], limit: int) -> bool:
+    """Whether the texts take more than ``limit`` bytes in UTF-8 (encoded only when their
+    length in characters leaves it open: a character takes one to four bytes)."""
+    chars = sum(map(len, texts))
+    if chars > limit:
+        return True
+    if 4 * chars <= limit:
+        return False
+    return sum(len(text.encode()) for text in texts) > limit
+
+
+def _content_texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [
+        part[field]
+        for part in content
+        if isinstance(part, dict)
+        for field in ("text", "refusal")
+        if isinstance(part.get(field), str)
+    ]
+
+
+def _call_texts(tool_calls: Any) -> list[str]:
+    texts = []
+    for call in tool_calls if isinstance(tool_calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            pair = (function.get("name"), function.get("arguments"))
+            texts += [value for value in pair if isinstance(value, str)]
+    return texts
+
+
+def check_message_sizes(messages: Sequence[Any], limits: MessageLimits) -> None:
+    """Refuse a message whose text (what is tokenized and indexed: its content, and its
+    tool calls' names and arguments) is over ``max_message_bytes`` (413)."""
+    limit = limits.max_message_bytes
+    quarter = limit // 4
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        text = message.get("content")
+        if isinstance(text, str) and len(text) <= quarter and not message.get("tool_calls"):
+            continue  # (nearly every message: far below the cap in any encoding)
+        content = _content_texts(text)
+        calls = _call_texts(message.get("tool_calls"))
+        if _utf8_over(content, limit):
+            param = f"messages.{i}.content"
+        elif calls and _utf8_over(content + calls, limit):
+            param = f"messages.{i}.tool_calls"
+        else:
+            continue
+        raise PayloadTooLarge(
+            f"{param}: message {i} is larger than the {limit}-byte limit on one message",
+            param=param,
+        )
 
 
 def _param(body: Any, error: ErrorDetails) -> str:
@@ -220,16 +336,24 @@ def check_turn_tool_results(
         raise _orphan_error(new[position], at)
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
+async def parse_chat_request_off_loop(raw: bytes, limits: MessageLimits) -> ChatRequest:
+    """``parse_chat_request``, in the heavy-work pool when the body is large."""
+    return await offload.sized(len(raw), parse_chat_request, raw, limits)
+
+
+def parse_chat_request(raw: bytes, limits: MessageLimits = DEFAULT_LIMITS) -> ChatRequest:
+    check_raw_message_count(raw, limits)
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    check_message_count(body.get("messages"), limits)
     try:
         shape = _RequestShape.model_validate(body)
     except ValidationError as error:
         raise validation_error(body, error) from None
     if not shape.messages:
         raise InvalidRequest("messages must not be empty", param="messages")
+    check_message_sizes(body["messages"], limits)
     messages = tuple(Message.from_openai(m) for m in body["messages"])
     for i, message in enumerate(messages):
         if message.role == "function" and message.name is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import logging.config
 import os
@@ -23,7 +24,7 @@ from starlette.applications import Starlette
 from gateway import collector
 from gateway import commands as operator_commands
 from gateway.config import ConfigError, Settings, load_settings
-from gateway.http_protocol import BoundedHeadProtocol
+from gateway.http_protocol import BoundedHeadProtocol, ClientLimits
 from gateway.metrics import MULTIPROC_ENV
 from gateway.request_log import logging_config
 from gateway.store.embedded import EmbeddedRedis
@@ -74,7 +75,8 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
 
 
 def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
-    # httptools, with the head bounded by server.max_header_bytes (see http_protocol).
+    # httptools, with the head bounded by server.max_header_bytes and a client's time
+    # and connections bounded (see http_protocol).
     # Logging as main() sets it up, in every worker process too; uvicorn's access line is
     # off: the gateway's own (gateway.access, server.access_log) replaces it.
     return {
@@ -87,9 +89,23 @@ def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
         # server.trusted_proxies: an X-Forwarded-For from anyone else is not believed.
         "proxy_headers": bool(settings.server.trusted_proxies),
         "forwarded_allow_ips": ",".join(settings.server.trusted_proxies) or None,
-        "http": BoundedHeadProtocol,
+        # The protocol's own bounds on a client (see http_protocol). A partial, not a
+        # subclass made here: ``--workers`` pickles the options to each process.
+        "http": functools.partial(BoundedHeadProtocol, limits=_client_limits(settings)),
         "h11_max_incomplete_event_size": settings.server.max_header_bytes,
+        "timeout_keep_alive": settings.server.keepalive_s,
     }
+
+
+def _client_limits(settings: Settings) -> ClientLimits:
+    server = settings.server
+    return ClientLimits(
+        header_timeout_s=server.header_timeout_s,
+        body_timeout_s=server.body_timeout_s,
+        write_timeout_s=server.client_write_timeout_s,
+        max_connections_per_client=server.max_connections_per_client,
+        trusted_proxies=tuple(server.trusted_proxies),
+    )
 
 
 # How ``serve --workers N`` tells its worker processes which configuration to load.

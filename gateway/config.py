@@ -32,6 +32,12 @@ class ServerConfig(_Section):
     # The request line and headers together. The HTTP parser holds them in memory before
     # the gateway sees them, so the limit has to be the parser's (see cli.serve).
     max_header_bytes: int = Field(default=64 * 1024, ge=4096)
+    # Caps below max_body_bytes (issue 22, part C): the messages of one request (chat
+    # completions, the memory API's import and context) and one message's text, in
+    # UTF-8 bytes. Tokenizing and indexing cost grows faster than a text's length, so
+    # one body must not hold a single huge message or a hundred thousand tiny ones.
+    max_messages: int = Field(default=2048, gt=0)
+    max_message_bytes: int = Field(default=1024 * 1024, gt=0)
     require_session: bool = False
     tenant_secret: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -49,6 +55,19 @@ class ServerConfig(_Section):
     # User ids on log lines at INFO: a short keyed hash (lines about one user still
     # group), or as sent.
     log_user_ids: Literal["hash", "plain"] = "hash"
+    # How long a client may hold a connection without doing its part (http_protocol): a
+    # request's line and headers must arrive within header_timeout_s of the connection
+    # (or of their first byte), its body within body_timeout_s of them (else 408 and the
+    # connection closed); a kept-alive connection idle for keepalive_s is closed; a
+    # client that reads none of its answer for client_write_timeout_s is cut off (and
+    # its upstream stream closed). Slow or idle sockets would otherwise be held forever.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    keepalive_s: float = Field(default=5.0, gt=0)
+    client_write_timeout_s: float = Field(default=30.0, gt=0)
+    # Connections one client address may hold open at once (IPv6: one /64), per process;
+    # past it a new one gets 429 and is closed. 0: no cap. trusted_proxies are exempt.
+    max_connections_per_client: int = Field(default=256, ge=0)
 
 
 class UpstreamTimeouts(_Section):
@@ -56,6 +75,10 @@ class UpstreamTimeouts(_Section):
     first_byte_s: float = Field(default=120.0, gt=0)
     idle_s: float = Field(default=60.0, gt=0)
     write_s: float = Field(default=30.0, gt=0)
+    # Waiting for a free pooled connection when all max_connections are busy (issue 22,
+    # part B): past it the request gets 503 upstream_pool_full at once, not a 504 after
+    # connect_s, so clients back off instead of queueing behind streams nobody reads.
+    pool_s: float = Field(default=2.0, gt=0)
 
 
 # The OpenAI API's public endpoints (under /v1/): what the passthrough forwards unless
@@ -94,10 +117,15 @@ class UpstreamConfig(_Section):
         return list(STATELESS_PATHS if gateway_keys else PASSTHROUGH_PATHS)
 
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
-    # The pool: at most this many connections open at once (waiting for one counts
-    # against connect_s), an idle one closed after keepalive_s.
+    # The pool: at most this many connections open at once (waiting for one is bounded
+    # by timeouts.pool_s), an idle one closed after keepalive_s.
     max_connections: int = Field(default=512, gt=0)
     keepalive_s: float = Field(default=15.0, gt=0)
+    # The most one answer may hold (issue 22, part B), counted decoded (gzip/deflate
+    # undone) where the gateway reads it, raw where it only relays it. Past it the answer
+    # ends with an error (in-band for a stream) and nothing is recorded: a 100 MB answer
+    # or a gzip bomb would otherwise be held in memory whole.
+    max_response_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamConfig:
@@ -115,6 +143,9 @@ class RedisConfig(_Section):
     on_failure: Literal["open", "closed"] = "open"
     retention_days: float = Field(default=30, gt=0)
     max_connections: int = Field(default=64, gt=0)
+    # How long a turn's record is tried again while Redis is unavailable (a restart, a
+    # failover) before the answer is reported not stored; a stream's [DONE] waits for it.
+    record_retry_s: float = Field(default=2.0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -414,6 +445,36 @@ def is_placeholder(key: str) -> bool:
     return normal in PLACEHOLDER_KEYS or len(normal) < MIN_KEY_CHARS
 
 
+class RateLimit(_Section):
+    """Limits on one tenant's or one key's use (part D of issue 22: rate limits counted in
+    Redis, so that every replica enforces the same numbers). 0: no limit."""
+
+    requests_per_minute: int = Field(default=0, ge=0)
+    # Prompt tokens forwarded plus completion tokens, charged once the answer is over; a
+    # request is refused while the minute's budget is used up.
+    tokens_per_minute: int = Field(default=0, ge=0)
+    concurrent: int = Field(default=0, ge=0)  # requests in flight at once
+
+    def over(self, override: RateLimit | None) -> RateLimit:
+        """These limits with the fields an override sets (its unset ones keep these)."""
+        if override is None:
+            return self
+        return self.model_copy(update={f: getattr(override, f) for f in override.model_fields_set})
+
+
+class LimitsConfig(_Section):
+    """Per-tenant and per-key request, token and concurrency limits (``limits:``), kept in
+    Redis (part D of issue 22). Off by default: every number 0."""
+
+    tenant: RateLimit = RateLimit()  # each tenant (forward mode: each client key)
+    key: RateLimit = RateLimit()  # each gateway key (auth.mode keys)
+    # auth.mode keys: a named tenant's own limits, over ``tenant``'s.
+    tenants: dict[str, RateLimit] = {}
+    # How long a request counts as in flight at most: a crashed process's requests stop
+    # counting after this; a longer stream stops counting too.
+    lease_s: float = Field(default=600.0, gt=0)
+
+
 class GatewayKey(_Section):
     """A key the gateway issues (``auth.mode: keys``): who holds it may use the gateway as
     ``tenant``, for the user ids in ``users`` ("*": any)."""
@@ -425,6 +486,8 @@ class GatewayKey(_Section):
     upstream_key: str | None = None
     quota_mb: float | None = Field(default=None, gt=0)  # stored bytes of its tenant
     name: str | None = Field(default=None, max_length=128)
+    # This key's own rate limits, over limits.key (rate limits, issue 22 part D).
+    limits: RateLimit | None = None
 
 
 class AuthConfig(_Section):
@@ -497,6 +560,7 @@ class Settings(_Section):
     worker: WorkerConfig = WorkerConfig()
     ui: UIConfig = UIConfig()
     auth: AuthConfig = AuthConfig()
+    limits: LimitsConfig = LimitsConfig()  # rate limits (issue 22 part D)
 
     @model_validator(mode="after")
     def _operator_key_needs_gateway_keys(self) -> Settings:

@@ -8,9 +8,11 @@
     │   └── PayloadTooLarge            413     invalid_request_error
     ├── NotFound                       404     not_found
     ├── QuotaExceeded                  429     insufficient_quota
+    ├── TooManyRequests                429     requests | tokens  (rate limits; Retry-After)
     ├── MemoryUnavailable              503     memory_unavailable  (fail-closed Redis)
     └── UpstreamError
         ├── UpstreamUnreachable        502     upstream_error
+        ├── UpstreamPoolFull           503     upstream_error  (no connection free; Retry-After)
         └── UpstreamTimeout            504     upstream_timeout
 
 Upstream 4xx/5xx answers are not errors of the gateway: they are passed through as they
@@ -20,6 +22,7 @@ came. Every error reaches the client as ``{"error": {"message", "type", "param",
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 
@@ -41,6 +44,10 @@ class GatewayError(Exception):
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, param=self.param, code=self.code)
 
+    def response_headers(self) -> dict[str, str]:
+        """The headers sent with the error (an error may name its own: ``NotAllowed``)."""
+        return self.headers
+
 
 class InvalidRequest(GatewayError):
     status = 400
@@ -59,10 +66,29 @@ class Forbidden(InvalidRequest):
 
 
 class NotAllowed(InvalidRequest):
-    """A path the gateway does not pass upstream (outside the passthrough's allowlist)."""
+    """A path the gateway does not pass upstream (outside the passthrough's allowlist),
+    or a method its path does not take.
+
+    ``allow``: the methods the path does take, sent as ``Allow`` (RFC 9110 requires it
+    on a 405; empty says no method is allowed, as for a path not passed upstream at all).
+    """
 
     status = 405
     code = "not_allowed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        allow: Sequence[str] = (),
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.allow = tuple(allow)
+
+    def response_headers(self) -> dict[str, str]:
+        return {"allow": ", ".join(self.allow)}
 
 
 class NotFound(GatewayError):
@@ -75,6 +101,26 @@ class QuotaExceeded(GatewayError):
     status = 429
     type = "insufficient_quota"
     code = "insufficient_quota"
+
+
+class TooManyRequests(GatewayError):
+    """A rate limit reached (``limits``). As OpenAI answers: type "requests" or "tokens",
+    code "rate_limit_exceeded", ``Retry-After`` in whole seconds (the SDKs wait that long
+    before their retry) and the limit's ``x-ratelimit-*`` headers."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(
+        self, message: str, *, kind: str, retry_after_s: int, limit_headers: dict[str, str]
+    ) -> None:
+        super().__init__(message)
+        self.type = kind  # "requests" (requests a minute, or in flight) or "tokens"
+        self.retry_after_s = retry_after_s
+        self.limit_headers = limit_headers
+
+    def response_headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s), **self.limit_headers}
 
 
 class PayloadTooLarge(InvalidRequest):
@@ -99,6 +145,16 @@ class UpstreamError(GatewayError):
 
 class UpstreamUnreachable(UpstreamError):
     code = "upstream_unreachable"
+
+
+class UpstreamPoolFull(UpstreamError):
+    """Every upstream connection (``upstream.max_connections``) stayed busy for
+    ``upstream.timeouts.pool_s``: answered at once rather than after the connect timeout,
+    so a client retries soon instead of piling up behind the streams that hold them."""
+
+    status = 503
+    code = "upstream_pool_full"
+    headers: ClassVar[dict[str, str]] = {"retry-after": "1"}
 
 
 class UpstreamTimeout(UpstreamError):

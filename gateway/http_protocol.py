@@ -16,22 +16,121 @@ Notes:
     body and the start of the next request's head, that read's head bytes are not
     counted. One read is at most the event loop's read size (256 KiB with uvloop), so a
     head is still bounded.
+
+The protocol also bounds how long a client may hold a connection without doing its part
+(``ClientLimits``, from ``server.*``): a head must arrive within ``header_timeout_s`` of
+the connection (or of its first byte, on a kept-alive connection), a body within
+``body_timeout_s`` of its head, and a client that stops reading a response for
+``client_write_timeout_s`` is cut off (its response's task sees a disconnect, so an
+upstream stream is closed at once). Each is one timer a connection, re-armed only when the
+connection changes state: a request read in one piece costs none. And one client address
+may hold at most ``max_connections_per_client`` connections at once: past that, a new one
+is answered 429 and closed as soon as it is made, before anything is read or parsed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import functools
+import ipaddress
+import json
+import time
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
+
+from gateway.errors import error_body
 
 TOO_LARGE = "Request line and headers too large."
 
 
+@dataclass(frozen=True)
+class ClientLimits:
+    """What one client connection may hold (``server.*``). None or 0: no bound.
+
+    ``trusted_proxies`` are not capped: each of their connections carries many clients
+    (the proxy in front bounds those itself).
+    """
+
+    header_timeout_s: float | None = None
+    body_timeout_s: float | None = None
+    write_timeout_s: float | None = None
+    max_connections_per_client: int = 0
+    trusted_proxies: tuple[str, ...] = ()
+
+
+class _Reading(enum.Enum):
+    HEAD = "request head"
+    BODY = "request body"
+
+
+# Open connections per client address, per server (every protocol of one uvicorn server
+# shares its ServerState): the cap is per process, as the server's own bounds are.
+_OPEN: weakref.WeakKeyDictionary[ServerState, dict[str, int]] = weakref.WeakKeyDictionary()
+# A refused connection or a deadline is logged at most this often: an attack of a
+# thousand sockets must not become a thousand log lines.
+_WARN_EVERY_S = 10.0
+_last_warned: dict[str, float] = {}
+
+
+def client_address(host: str) -> str:
+    """The address one client is counted by: IPv6 by its /64 (one host is given a whole
+    /64 and may use any address in it), an IPv4-mapped IPv6 address as the IPv4 one."""
+    if ":" not in host:
+        return host
+    try:
+        address = ipaddress.IPv6Address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(
+    trusted: tuple[str, ...],
+) -> tuple[bool, list[ipaddress.IPv4Network | ipaddress.IPv6Network], set[str]]:
+    """(everyone trusted, the trusted networks, entries that are no address)."""
+    networks, literals = [], set()
+    for entry in trusted:
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            literals.add(entry)
+    return "*" in trusted, networks, literals
+
+
+def is_trusted(host: str, trusted: tuple[str, ...]) -> bool:
+    """Whether ``host`` is one of ``server.trusted_proxies`` (addresses or networks)."""
+    if not trusted:
+        return False
+    everyone, networks, literals = _networks(trusted)
+    if everyone or host in literals:
+        return True
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
+def _warn_rarely(logger: Any, kind: str, message: str, *args: object) -> None:
+    now = time.monotonic()
+    if now - _last_warned.get(kind, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+        _last_warned[kind] = now
+        logger.warning(message + " (logged at most every %.0f s)", *args, _WARN_EVERY_S)
+
+
 class BoundedHeadProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol that refuses a request head past a size."""
+    """uvicorn's httptools protocol that refuses a request head past a size, bounds the
+    time a client takes to send a request or to read a response, and caps one client
+    address's connections (``limits``; see the module's notes)."""
 
     def __init__(
         self,
@@ -39,14 +138,82 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         server_state: ServerState,
         app_state: dict[str, Any],
         _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: ClientLimits | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.max_head_bytes: int = config.h11_max_incomplete_event_size or 64 * 1024
         self.head_bytes = 0
         self.reading_head = True
         self.heads = 0  # request heads read whole on this connection
+        self.limits = limits or ClientLimits()
+        self.counted_as: str | None = None  # the client address this connection counts for
+        # What the client is expected to send now, and the deadline for it (one timer,
+        # re-armed only when ``expecting`` changes: trickling bytes does not extend it).
+        self.expecting: _Reading | None = _Reading.HEAD
+        self.deadline_for: _Reading | None = None
+        self.read_deadline: asyncio.TimerHandle | None = None
+        self.head_started = False  # bytes of the current head have arrived
+        self.write_deadline: asyncio.TimerHandle | None = None
+
+    # Connection: the per-address cap.
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if self._over_the_cap():
+            return
+        self._rearm_read_deadline()
+
+    def _over_the_cap(self) -> bool:
+        cap = self.limits.max_connections_per_client
+        if not cap or self.client is None:
+            return False
+        if is_trusted(self.client[0], self.limits.trusted_proxies):
+            return False
+        counts = _OPEN.setdefault(self.server_state, {})
+        address = client_address(self.client[0])
+        if counts.get(address, 0) >= cap:
+            _warn_rarely(
+                self.logger, "cap", "refused a connection: %d already open from one address", cap
+            )
+            self.expecting = None
+            message = f"too many open connections from one address (at most {cap})"
+            self._answer_and_close(
+                429, message, "rate_limit_error", "too_many_connections", b"retry-after: 1\r\n"
+            )
+            return True
+        counts[address] = counts.get(address, 0) + 1
+        self.counted_as = address
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self.read_deadline, self.write_deadline):
+            if timer is not None:
+                timer.cancel()
+        self.read_deadline = self.write_deadline = None
+        if self.counted_as is not None:
+            counts = _OPEN.get(self.server_state, {})
+            left = counts.get(self.counted_as, 1) - 1
+            if left > 0:
+                counts[self.counted_as] = left
+            else:
+                counts.pop(self.counted_as, None)
+            self.counted_as = None
+        super().connection_lost(exc)
+
+    # Reading: the head bound and the read deadlines.
 
     def data_received(self, data: bytes) -> None:
+        self._feed(data)
+        expecting = self.expecting
+        if expecting is None and (self.cycle is None or self.cycle.response_complete):
+            # Bytes that began no request (blank lines) while none is being answered:
+            # whatever comes next is a head, due within the head's deadline.
+            expecting = self.expecting = _Reading.HEAD
+        if expecting is not self.deadline_for:
+            self._rearm_read_deadline()
+
+    def _feed(self, data: bytes) -> None:
         if not self.reading_head:
             super().data_received(data)
             return
@@ -64,14 +231,120 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self.logger.warning(TOO_LARGE)
             self.send_400_response(TOO_LARGE)
             return
-        self.data_received(data[room:])  # the body, and maybe the next request's head
+        self._feed(data[room:])  # the body, and maybe the next request's head
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.head_started = True
+        self.expecting = _Reading.HEAD
 
     def on_headers_complete(self) -> None:
         self.reading_head = False
+        self.head_started = False
         self.heads += 1
+        self.expecting = _Reading.BODY
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self.reading_head = True
         self.head_bytes = 0
+        self.expecting = None
+
+    def _rearm_read_deadline(self) -> None:
+        if self.read_deadline is not None:
+            self.read_deadline.cancel()
+            self.read_deadline = None
+        self.deadline_for = self.expecting
+        if self.expecting is _Reading.HEAD:
+            seconds = self.limits.header_timeout_s
+        elif self.expecting is _Reading.BODY:
+            seconds = self.limits.body_timeout_s
+        else:
+            return
+        if seconds:
+            self.read_deadline = self.loop.call_later(seconds, self._read_deadline_passed)
+
+    def _read_deadline_passed(self) -> None:
+        self.read_deadline = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:
+            # The wait is the gateway's, not the client's: the app has not taken the body
+            # read so far, or a pipelined request waits its turn. Not counted.
+            self._rearm_read_deadline()
+            return
+        waited_for = self.deadline_for
+        _warn_rarely(
+            self.logger, "read", "closed a connection: the client took too long to send a %s",
+            waited_for.value if waited_for else "request",
+        )  # fmt: skip
+        cycle = self.cycle
+        answering = cycle is not None and not cycle.response_complete
+        if waited_for is _Reading.HEAD and answering:
+            # A pipelined head, behind a response still being sent: that one ends first.
+            assert cycle is not None
+            cycle.keep_alive = False
+            self.flow.pause_reading()
+            return
+        if waited_for is _Reading.BODY and answering:
+            assert cycle is not None
+            if cycle.response_started:  # too late to answer: cut it
+                self.transport.close()
+                return
+            # The app waits for the rest of the body: it is told the client left, and its
+            # answer goes nowhere; the client gets the 408.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if waited_for is _Reading.HEAD and not self.head_started:
+            self.transport.close()  # an idle connection: nothing to answer
+            return
+        message = f"the {waited_for.value if waited_for else 'request'} took too long to arrive"
+        self._answer_and_close(408, message, "invalid_request_error", "request_timeout")
+
+    def _answer_and_close(
+        self, status: int, message: str, type_: str, code: str, extra: bytes = b""
+    ) -> None:
+        """An error of the gateway's (OpenAI's envelope), written before or instead of the
+        app's answer; the connection is closed after it."""
+        body = json.dumps(error_body(message, type_, code=code)).encode()
+        content = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            content.extend([name, b": ", value, b"\r\n"])
+        content.extend(
+            [
+                b"content-type: application/json\r\n",
+                b"content-length: %d\r\n" % len(body),
+                extra,
+                b"connection: close\r\n\r\n",
+                body,
+            ]
+        )
+        self.transport.write(b"".join(content))
+        self.transport.close()
+
+    # Writing: the write deadline.
+
+    def pause_writing(self) -> None:
+        """The client's socket is full: it has that long to take some of it."""
+        super().pause_writing()
+        seconds = self.limits.write_timeout_s
+        if seconds and self.write_deadline is None:
+            self.write_deadline = self.loop.call_later(seconds, self._write_deadline_passed)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self.write_deadline is not None:
+            self.write_deadline.cancel()
+            self.write_deadline = None
+
+    def _write_deadline_passed(self) -> None:
+        # abort, not close: close would wait for the buffer to drain, which it never does.
+        # The response's task sees the disconnect (uvicorn's connection_lost), which
+        # closes an upstream stream (routes.relay).
+        self.write_deadline = None
+        _warn_rarely(
+            self.logger, "write", "closed a connection: the client read nothing for %s s",
+            self.limits.write_timeout_s,
+        )  # fmt: skip
+        self.transport.abort()

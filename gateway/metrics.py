@@ -282,6 +282,8 @@ class MetricsMiddleware:
                     IN_FLIGHT.dec()
                     _observe(scope, request_timer, status or 499, headers_sent)
                 if access_log and request_log.ACCESS.isEnabledFor(logging.INFO):
+                    if entry.pending:  # a count off the loop the line needs (wait_for)
+                        await request_log.settle(entry)
                     _log_access(scope, entry, request_timer, status or 499, headers_sent, response)
             finally:
                 request_log.end(token)

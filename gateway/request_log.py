@@ -14,6 +14,7 @@ or today's plain text; every record emitted while a request is served carries it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -40,13 +41,14 @@ CONTENT = logging.getLogger("gateway.content")
 class RequestLog:
     """One request: its id and, when it will have an access line, that line's fields."""
 
-    __slots__ = ("after", "fields", "header", "request_id")
+    __slots__ = ("after", "fields", "header", "pending", "request_id")
 
     def __init__(self, request_id: str, *, logged: bool = True) -> None:
         self.request_id = request_id
         self.header = request_id.encode("ascii", "replace")
         self.fields: dict[str, Any] | None = {} if logged else None
         self.after: list[Callable[[], None]] | None = None
+        self.pending: list[asyncio.Future[Any]] | None = None
 
 
 _CURRENT: ContextVar[RequestLog | None] = ContextVar("memory_gateway_request", default=None)
@@ -124,6 +126,24 @@ def after_response(work: Callable[[], None]) -> None:
             entry.after = [work]
         else:
             entry.after.append(work)
+
+
+def wait_for(work: asyncio.Future[Any]) -> None:
+    """Have the access line wait for ``work`` (running off the loop, noting its fields
+    when done): the client does not wait, only the line is written later."""
+    entry = _CURRENT.get()
+    if entry is not None and entry.fields is not None:
+        if entry.pending is None:
+            entry.pending = [work]
+        else:
+            entry.pending.append(work)
+
+
+async def settle(entry: RequestLog) -> None:
+    """Wait for the work the access line waits for (``wait_for``); its failures are its own."""
+    pending, entry.pending = entry.pending, None
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def collecting() -> bool:

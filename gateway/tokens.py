@@ -76,9 +76,21 @@ def encoding_for_model(model: str) -> tiktoken.Encoding:
 _CACHED_TEXT_CHARS = 4096  # a summary fits; a pasted document is counted, not kept
 
 
+# From this length the tokens are counted in a NumPy buffer rather than a list: tiktoken
+# encodes without the GIL, but builds a list of a million ints holding it (~20 ms at a
+# megabyte, when the event loop cannot run); a buffer is one copy.
+_BUFFER_CHARS = 64 * 1024
+
+
 @remembered_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
 def _count(text: str, model: str) -> int:
-    return len(encoding_for_model(model).encode(text, disallowed_special=()))
+    encoding = encoding_for_model(model)
+    if len(text) >= _BUFFER_CHARS:
+        try:
+            return len(encoding.encode_to_numpy(text, disallowed_special=()))
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: ``encode`` knows how to count it
+    return len(encoding.encode(text, disallowed_special=()))
 
 
 # Where the lines of a text are counted apart: after a line break followed by a character
@@ -119,6 +131,28 @@ def split_lines(text: str) -> list[str]:
 @remembered_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
 def _count_lines(text: str, model: str) -> int:
     return sum(_count(line, model) for line in split_lines(text))
+
+
+def text_chars(message: Message) -> int:
+    """About how many characters ``TokenCounter.count_message`` would tokenize: its text
+    and its tool calls (to tell a large message from a small one without reading it)."""
+    content = message.content
+    if isinstance(content, str):
+        size = len(content)
+    elif isinstance(content, list):
+        texts = (part.get("text") for part in content if isinstance(part, dict))
+        size = sum(len(text) for text in texts if isinstance(text, str))
+    else:
+        size = 0
+    for call in message.tool_calls or ():
+        function = call.get("function") or {}
+        size += len(str(function.get("arguments", "")))
+    return size
+
+
+def uncounted_chars(messages: Iterable[Message]) -> int:
+    """The characters counting would tokenize for those of ``messages`` without a count."""
+    return sum(text_chars(m) for m in messages if not m.tokens)
 
 
 class TokenCounter:

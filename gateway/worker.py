@@ -187,11 +187,16 @@ class JobRunner:
                 "sessions": [e["session_id"] for e in entries],
             }
             await self.store.save_user_history(user, entry, profile, keep=cross.sessions)
-        if not await self.store.end_session(keys, now) and user_id:
-            # Erased while we summarized: what we just wrote to the user's memory goes too
-            # (the erasure removes the session first, then its traces, so one of the two
-            # always sees the other's work).
-            await self.store.forget_user_session(UserKeys(keys.tenant, user_id), keys.session_id)
+        ended = await self.store.end_session(keys, now)
+        if user_id:
+            user = UserKeys(keys.tenant, user_id)
+            if ended:  # no longer among the user's sessions that may go idle
+                await self.store.leave_active(user, keys.session_id)
+            else:
+                # Erased while we summarized: what we just wrote to the user's memory goes
+                # too (the erasure removes the session first, then its traces, so one of
+                # the two always sees the other's work).
+                await self.store.forget_user_session(user, keys.session_id)
 
     async def flush_summaries(self, keys: SessionKeys) -> None:
         _, _, pending = await self.store.job_state(keys)

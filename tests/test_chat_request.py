@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 
-from gateway.chat_request import parse_chat_request
-from gateway.errors import InvalidRequest
+from gateway.chat_request import (
+    DEFAULT_LIMITS,
+    Limits,
+    parse_chat_request,
+    parse_chat_request_off_loop,
+)
+from gateway.config import ServerConfig
+from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.memory.model import Message
 
 USER = {"role": "user", "content": "hi"}
@@ -160,3 +167,102 @@ def test_messages_are_converted() -> None:
         Message(role="developer", content="d", name="dev"),
     )
     assert all(message.index == 0 for message in request.messages)
+
+
+# --- Caps below the body limit (issue 22) ----------------------------------------------
+
+
+def test_default_caps_are_the_config_defaults() -> None:
+    server = ServerConfig()
+    assert DEFAULT_LIMITS.max_messages == server.max_messages == 2048
+    assert DEFAULT_LIMITS.max_message_bytes == server.max_message_bytes == 1024 * 1024
+
+
+def test_more_messages_than_the_cap_is_a_400_before_any_is_validated() -> None:
+    limits = Limits(max_messages=3)
+    assert len(parse_chat_request(body(messages=[USER] * 3), limits).messages) == 3
+    # The fourth message is not even a message: the count is refused first.
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(body(messages=[USER] * 3 + [42]), limits)
+    assert caught.value.status == 400
+    assert (caught.value.param, caught.value.code) == ("messages", "too_many_messages")
+    assert "4 messages" in caught.value.message and "3" in caught.value.message
+
+
+CALL_OF = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": ""}}
+
+
+@pytest.mark.parametrize(
+    ("message", "param"),
+    [
+        pytest.param({"role": "user", "content": "x" * 101}, "messages.1.content", id="string"),
+        pytest.param({"role": "user", "content": "\u00e9" * 51}, "messages.1.content", id="2-byte"),
+        pytest.param(
+            {"role": "user", "content": "\U0001f600" * 26}, "messages.1.content", id="emoji"
+        ),
+        pytest.param(
+            {"role": "user", "content": [{"type": "text", "text": "x" * 60}] * 2},
+            "messages.1.content",
+            id="parts",
+        ),
+        pytest.param(
+            {
+                "role": "assistant",
+                "content": "x" * 50,
+                "tool_calls": [{**CALL_OF, "function": {"name": "f", "arguments": "y" * 50}}],
+            },
+            "messages.1.tool_calls",
+            id="tool call",
+        ),
+    ],
+)
+def test_a_message_over_the_size_cap_is_a_413_naming_it(
+    message: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(PayloadTooLarge) as caught:
+        parse_chat_request(body(messages=[USER, message]), Limits(max_message_bytes=100))
+    assert caught.value.status == 413
+    assert (caught.value.param, caught.value.code) == (param, "payload_too_large")
+    assert caught.value.message.startswith(param)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "x" * 100,
+        "\u00e9" * 50,
+        "\U0001f600" * 25,
+        [
+            {"type": "text", "text": "x" * 50},
+            {"type": "image_url", "image_url": {"url": "u" * 500}},
+        ],
+    ],
+    ids=["string", "2-byte", "emoji", "image url not counted"],
+)
+def test_a_message_at_the_size_cap_is_taken(content: Any) -> None:
+    parsed = parse_chat_request(
+        body(messages=[{"role": "user", "content": content}]), Limits(max_message_bytes=100)
+    )
+    assert parsed.messages[0].content == content
+
+
+def test_parsing_off_the_loop_gives_the_same_request() -> None:
+    for size in (10, 100_000):  # inline, and in the heavy-work pool
+        raw = body(messages=[USER, {"role": "user", "content": "w " * size}])
+        off = asyncio.run(parse_chat_request_off_loop(raw, DEFAULT_LIMITS))
+        assert off == parse_chat_request(raw)
+
+
+def test_far_too_many_messages_are_refused_before_the_body_is_parsed() -> None:
+    limits = Limits(max_messages=10)
+    # Not even JSON after the messages: only a count of the bytes can refuse it.
+    raw = b'{"model": "m", "messages": [' + b'{"role": "user", "content": "x"},' * 41
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(raw, limits)
+    assert (caught.value.param, caught.value.code) == ("messages", "too_many_messages")
+    # "role" inside a content string is escaped, and is not counted.
+    quoted = json.dumps({"model": "m", "messages": [USER] * 10 + [
+        {"role": "user", "content": '{"role": "x"} ' * 100}]})  # fmt: skip
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(quoted.encode(), limits)  # 11 messages: counted once parsed
+    assert "11 messages" in caught.value.message

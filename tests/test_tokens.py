@@ -179,3 +179,25 @@ def test_a_model_s_count_is_one_object_that_counts_as_count_text() -> None:
     assert counter.for_model("gpt-4o-mini") is not count
     text = "The trip to Lisbon\nis on 12 May."
     assert count(text) == counter.count_text(text, "gpt-4o") > 0
+
+
+def test_long_texts_count_as_they_did(  # (counted from a buffer past _BUFFER_CHARS)
+) -> None:
+    encoding = encoding_for_model("gpt-4o")
+    long = "The quick brown fox; 42 jumps\nover it. " * 3000
+    assert len(long) > tokens._BUFFER_CHARS
+    assert TokenCounter().count_text(long) == len(encoding.encode(long, disallowed_special=()))
+    lone = "a\ud800b" * 30_000  # not UTF-8: counted the way tiktoken's encode counts it
+    assert tokens._count(lone, "gpt-4o") == len(encoding.encode(lone, disallowed_special=()))
+
+
+def test_uncounted_chars_are_those_counting_would_read() -> None:
+    from gateway.tokens import text_chars, uncounted_chars
+
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "abcd"}}
+    parts = [{"type": "text", "text": "xyz"}, {"type": "image_url", "image_url": {"url": "u"}}]
+    assert text_chars(Message("user", "hello")) == 5
+    assert text_chars(Message("user", parts)) == 3
+    assert text_chars(Message("assistant", None, tool_calls=(call,))) == 4
+    counted = Message("user", "x" * 1000, tokens=300)
+    assert uncounted_chars([Message("user", "hello"), counted]) == 5

@@ -21,9 +21,12 @@ Notes:
 from __future__ import annotations
 
 import datetime
+import heapq
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -36,6 +39,84 @@ K = TypeVar("K", bound=Hashable)
 
 # What a message costs the process beyond its text: the Message, its postings and lengths.
 _PER_MESSAGE_BYTES = 400
+
+# Indexing one message is bounded in time and memory whatever its size (issue 22). A
+# long text is read in pieces of PIECE_CHARS, cut at a space: each is one short hold of
+# the GIL, so a thread indexing a long message leaves the event loop its turns. At most
+# MAX_STEMMED distinct words are stemmed (stemming is the costly step) and MAX_TERMS
+# distinct terms kept, the most frequent (the first met among equals): an English text
+# of a megabyte has about 10,000 distinct words, and 455,000 random ones would otherwise
+# become as many postings.
+PIECE_CHARS = 16 * 1024
+MAX_TERMS = 4096
+MAX_STEMMED = 4 * MAX_TERMS
+_STEM_BATCH = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    """What recall keeps of one message's text (pure: made off the event loop for a long
+    message, then added to an archive on it)."""
+
+    terms: dict[str, int]  # term -> its frequency in the text
+    length: int  # the text's terms, all of them (BM25's length)
+    words: int  # its words, as ``str.split`` cuts them
+
+
+def _most_frequent(counts: dict[str, int], n: int) -> dict[str, int]:
+    """The ``n`` most frequent entries, in the order first met among equals."""
+    return dict(heapq.nlargest(n, counts.items(), key=itemgetter(1)))
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """The text in pieces of at most PIECE_CHARS, cut after a space or line break where
+    there is one (terms never hold either, so none is cut in two)."""
+    start, end = 0, len(text)
+    while start < end:
+        stop = start + PIECE_CHARS
+        if stop < end:
+            cut = max(text.rfind(" ", start, stop), text.rfind("\n", start, stop))
+            stop = cut + 1 if cut > start else stop
+        yield text[start:stop]
+        start = stop
+
+
+def index_text(text: str) -> Indexed:
+    """The text's terms with their frequencies, bounded (see MAX_TERMS)."""
+    if len(text) <= PIECE_CHARS:  # (nearly every message: the direct way)
+        found = text_terms.stems(text_terms.words(text))
+        counts: dict[str, int] = Counter(found)
+        if len(counts) > MAX_TERMS:
+            counts = _most_frequent(counts, MAX_TERMS)
+        return Indexed(counts, len(found), len(text.split()))
+    seen: Counter[str] = Counter()
+    length = words = 0
+    for piece in _pieces(text):
+        found = text_terms.words(piece)
+        length += len(found)
+        words += len(piece.split())
+        seen.update(found)
+    chosen: dict[str, int] = seen
+    if len(seen) > MAX_STEMMED:
+        chosen = _most_frequent(seen, MAX_STEMMED)
+    distinct = list(chosen)
+    counts = Counter()
+    for start in range(0, len(distinct), _STEM_BATCH):
+        batch = distinct[start : start + _STEM_BATCH]
+        for word, term in zip(batch, text_terms.stems(batch), strict=True):
+            counts[term] += chosen[word]
+    if len(counts) > MAX_TERMS:
+        counts = _most_frequent(counts, MAX_TERMS)
+    return Indexed(counts, length, words)
+
+
+def index_messages(messages: Sequence[Message]) -> list[Indexed]:
+    return [index_text(message.text) for message in messages]
+
+
+def text_size(messages: Sequence[Message]) -> int:
+    """The characters indexing the messages reads (to tell when it leaves the loop)."""
+    return sum(len(message.text) for message in messages)
 
 
 def day_of(ts: float) -> int:
@@ -82,10 +163,18 @@ class Archive:
     def tail(self, n: int) -> tuple[Message, ...]:
         return tuple(self.messages[-n:]) if n > 0 else ()
 
-    def extend(self, messages: Sequence[Message], raw_vectors: Sequence[bytes | None]) -> None:
-        """Append messages ``count + 1`` on, with their stored vectors (None: none)."""
+    def extend(
+        self,
+        messages: Sequence[Message],
+        raw_vectors: Sequence[bytes | None],
+        indexed: Sequence[Indexed] | None = None,
+    ) -> None:
+        """Append messages ``count + 1`` on, with their stored vectors (None: none) and
+        their terms (``index_messages``; made here when not given)."""
         if not messages:
             return
+        if indexed is None:
+            indexed = index_messages(messages)
         start = len(self.messages)
         needed = start + len(messages)
         if needed > len(self._vectors):
@@ -93,18 +182,17 @@ class Archive:
             grown[:start] = self._vectors[:start]
             self._vectors = grown
         self._vectors[start:needed] = vectors.decode(raw_vectors)
-        for position, message in enumerate(messages, start):
-            found = text_terms.stems(text_terms.words(message.text))
-            for term, tf in Counter(found).items():
+        for position, (message, index) in enumerate(zip(messages, indexed, strict=True), start):
+            for term, tf in index.terms.items():
                 entry = self.postings.get(term)
                 if entry is None:
                     entry = self.postings[term] = (array("I"), array("I"))
                 entry[0].append(position)
                 entry[1].append(tf)
-            self.lengths.append(len(found))
-            self.total_length += len(found)
+            self.lengths.append(index.length)
+            self.total_length += index.length
             self.days.append(day_of(message.ts))
-            self.words.append(len(message.text.split()))
+            self.words.append(index.words)
             self.messages.append(message)
             self.nbytes += len(message.text) + _PER_MESSAGE_BYTES + 4 * vectors.DIM
 
@@ -116,8 +204,14 @@ class Archive:
         dropped = self.messages[keep:]
         for message in dropped:
             self.nbytes -= len(message.text) + _PER_MESSAGE_BYTES + 4 * vectors.DIM
-        # Only the dropped messages' terms have postings to cut (at their ends).
-        for term in set(text_terms.stems(text_terms.words(" ".join(m.text for m in dropped)))):
+        # Only the dropped messages' terms have postings to cut (at their ends); when they
+        # hold more text than the archive holds terms, every term is looked at instead.
+        touched: set[str] | list[str]
+        if text_size(dropped) <= 4 * PIECE_CHARS:
+            touched = set().union(*(index.terms for index in index_messages(dropped)))
+        else:
+            touched = list(self.postings)
+        for term in touched:
             entry = self.postings.get(term)
             if entry is None:
                 continue

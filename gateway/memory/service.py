@@ -9,17 +9,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from gateway import codec
+from gateway import codec, offload
 from gateway.config import Composition, EmbeddingsConfig, MemoryConfig, RecallTier
 from gateway.embedder import StaticEmbedder
 from gateway.errors import NotFound, QuotaExceeded
 from gateway.identity import Identity, MemoryMode
 from gateway.memory import recall, rerank
-from gateway.memory.archive import Archive, ArchiveCache
+from gateway.memory.archive import Archive, ArchiveCache, Indexed, index_messages, text_size
 from gateway.memory.assemble import Context, Recalled, assemble, window_units
 from gateway.memory.jobs import Job, schedule
 from gateway.memory.model import Message, Pin, SessionState, Tiers
@@ -37,9 +38,10 @@ from gateway.store.redis_store import (
     LogSlice,
     Predicted,
     RedisStore,
+    StoreUnavailable,
     TailMoved,
 )
-from gateway.tokens import TokenCounter
+from gateway.tokens import TokenCounter, uncounted_chars
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ END_JOB = Job("end", 0, 0, 0)
 # Records that lost a race for the tail and were planned again; each race needs another
 # turn to land in between, so a few attempts are plenty.
 RECORD_ATTEMPTS = 5
+# The first pause before recording again when Redis was unavailable (doubling, to 0.5 s).
+RETRY_PAUSE_S = 0.05
 # Users and sessions remembered for prefetching (a few MB at most).
 RECENT_ENTRIES = 10_000
 # A load reads at most this many messages appended since what the process holds of the
@@ -63,14 +67,27 @@ INLINE_MESSAGES = 256
 INLINE_VECTORS = 4
 
 
+# What recall reads of a long message to search with it: its beginning and its end (a
+# question before or after a pasted document), so that building the query costs the same
+# for a megabyte as for a page.
+QUERY_CHARS = 16 * 1024
+
+
+def _searched(text: str) -> str:
+    if len(text) <= QUERY_CHARS:
+        return text
+    half = QUERY_CHARS // 2
+    return text[:half] + "\n" + text[-half:]
+
+
 def _query(messages: Sequence[Message]) -> str:
     """What recall searches for: the newest user message of the request."""
-    return next((m.text for m in reversed(messages) if m.role == "user"), "")
+    return _searched(next((m.text for m in reversed(messages) if m.role == "user"), ""))
 
 
 def _context(prior: Sequence[Message]) -> list[str]:
     """The turns a follow-up question may refer to: the last two messages before it."""
-    return [m.text for m in prior[-2:] if m.role in ("user", "assistant") and m.text]
+    return [_searched(m.text) for m in prior[-2:] if m.role in ("user", "assistant") and m.text]
 
 
 def _build(
@@ -92,7 +109,6 @@ class Turn:
     context: Context
     model: str
     messages: tuple[Message, ...]  # as the client sent them: planned again if the tail moved
-    siblings: tuple[str, ...] | None = None  # the user's sessions, when the load read them
     # Tokens of the messages the client sent (metrics.tokens_sent): counted once, for the
     # metrics, the access line and the stored receipt.
     client_tokens: int = 0
@@ -155,8 +171,6 @@ class MemoryService:
         # are past the young-session age (no cross-session recall, nothing to prefetch).
         self._peers: Recent[UserKeys, tuple[SessionKeys, ...]] = Recent(RECENT_ENTRIES)
         self._grown: RecentSet[SessionKeys] = RecentSet(RECENT_ENTRIES)
-        # And the sessions known to be their user's already (no idle check to prepare).
-        self._joined: RecentSet[tuple[SessionKeys, str | None]] = RecentSet(RECENT_ENTRIES)
 
     def _counted(
         self, messages: tuple[Message, ...], model: str, memo: dict[int, Message]
@@ -171,6 +185,13 @@ class MemoryService:
                 message = memo[id(message)]
             out.append(message)
         return tuple(out)
+
+    async def _counted_off_loop(
+        self, messages: tuple[Message, ...], model: str
+    ) -> tuple[Message, ...]:
+        """``_counted``, in the heavy-work pool when there is much to count (a long message:
+        tokenizing a megabyte takes from a tenth of a second to seconds)."""
+        return await offload.sized(uncounted_chars(messages), self._counted, messages, model, {})
 
     async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
         """Load the session and plan the context (raises ``StoreUnavailable``).
@@ -187,10 +208,6 @@ class MemoryService:
         user = self._user_keys(identity)
         young_tier = composition.cross_session
         maybe_young = young_tier is not None and keys not in self._grown
-        # A session not known to be its user's may be new to them: their other sessions
-        # are read now, for the record to find the idle ones among them (see _joining).
-        joined = (keys, identity.user_id)
-        maybe_new = user is not None and young_tier is not None and joined not in self._joined
         peers: tuple[SessionKeys, ...] = ()
         if user is not None and query and maybe_young and tier is not None:
             peers = self._peers.get(user, ())
@@ -203,7 +220,6 @@ class MemoryService:
             most=MOST_DELTA,
             user=user,
             peers=[(peer, self._known(peer)) for peer in peers],
-            user_sessions=maybe_new,
             usage=identity.quota_bytes is not None and identity.mode is MemoryMode.ON,
         )
         if loaded.usage is not None and identity.quota_bytes is not None:
@@ -216,9 +232,7 @@ class MemoryService:
         if tier is not None:
             archive = await self._archive(keys, loaded.log, held, tier)
             state = replace(state, tail=archive.tail(self.config.reconcile_tail))
-        if user is not None and state.user_id == identity.user_id:
-            self._joined.add(joined)
-        plan = self._plan(messages, state, model)
+        plan = await self._plan_off_loop(messages, state, model)
         young = young_tier is not None and state.message_count < young_tier.young_session_messages
         if young_tier is not None and not young:
             self._grown.add(keys)  # sessions only grow: no more prefetching for this one
@@ -240,9 +254,8 @@ class MemoryService:
             profile=state.profile if young else None,
             now=self.clock(),
         )
-        siblings = loaded.user_sessions
         sent = tokens_sent(messages, plan)
-        return Turn(keys, identity, state, plan, context, model, messages, siblings, sent)
+        return Turn(keys, identity, state, plan, context, model, messages, sent)
 
     def _known(self, keys: SessionKeys) -> Known | None:
         held = self.archives.get(keys)
@@ -254,13 +267,19 @@ class MemoryService:
         """The session's archive as of this load: what the process held, with what was
         appended since (the usual case), or read again (see ``memory.archive``)."""
         current = self.archives.get(keys)
+        indexed: list[Indexed] = []
+        if log.warm and current is not None and current is held:
+            indexed = await self._indexed(log.messages)
+            # Looked at again: a long message was indexed off the loop, and another
+            # request may have changed what is held meanwhile.
+            current = self.archives.get(keys)
         if log.warm and current is not None and current is held:
             if current.generation != log.generation:  # its end was replaced: drop that
                 current.truncate(log.start)
                 current.generation = log.generation
             skip = current.count - log.start  # read here, but already held
             if 0 <= skip <= len(log.messages):
-                current.extend(log.messages[skip:], log.vectors[skip:])
+                current.extend(log.messages[skip:], log.vectors[skip:], indexed[skip:])
                 self.archives.resized(keys)
                 return current
         if (
@@ -293,7 +312,10 @@ class MemoryService:
             parts.append(await self._embedded(messages, raw))
         kept = max(0, first - log.start)  # a slice longer than the archive's limit
         parts.append(await self._embedded(log.messages[kept:], log.vectors[kept:]))
-        if sum(len(m) for m, _ in parts) > INLINE_MESSAGES:
+        if (
+            sum(len(m) for m, _ in parts) > INLINE_MESSAGES
+            or sum(text_size(m) for m, _ in parts) >= offload.HEAVY_CHARS
+        ):
             archive = await asyncio.to_thread(_build, archive, parts)
         else:
             _build(archive, parts)
@@ -323,8 +345,22 @@ class MemoryService:
             return self.vectors.encode(texts)
         return await asyncio.to_thread(self.vectors.encode, texts)
 
+    async def _indexed(self, messages: Sequence[Message]) -> list[Indexed]:
+        """The messages' terms for recall: off the loop for long messages."""
+        return await offload.sized(text_size(messages), index_messages, messages)
+
     def _plan(self, messages: tuple[Message, ...], state: SessionState, model: str) -> Reconciled:
+        return self._count_plan(reconcile(messages, state), model)
+
+    async def _plan_off_loop(
+        self, messages: tuple[Message, ...], state: SessionState, model: str
+    ) -> Reconciled:
+        """``_plan``, counting in the heavy-work pool when this turn brings much text."""
         plan = reconcile(messages, state)
+        brought = (*plan.prompt, *plan.prior, *plan.to_record, *plan.new)
+        return await offload.sized(uncounted_chars(brought), self._count_plan, plan, model)
+
+    def _count_plan(self, plan: Reconciled, model: str) -> Reconciled:
         # Count only what this turn brings (prompt, new, imported): stored messages carry
         # their count, so a client resending a long history does not re-tokenize it.
         memo: dict[int, Message] = {}
@@ -457,14 +493,35 @@ class MemoryService:
             found[session] = await self._archive(session, log, held, tier)
         return found
 
-    async def record(self, turn: Turn, answer: Message, *, now: float) -> None:
+    async def record(
+        self, turn: Turn, answer: Message, *, now: float, retry_s: float = 0.0
+    ) -> None:
         """Append this turn's new messages and the answer atomically, with their jobs.
 
         A plan that relied on the stored tail is made again when a concurrent turn landed
         first (``TailMoved``); after ``RECORD_ATTEMPTS`` such races the turn is not recorded
         (the caller reports it degraded) rather than recorded twice.
+
+        Redis unavailable (``StoreUnavailable``) is retried for up to ``retry_s``: a Redis
+        restarting takes a moment, and the answer's acknowledgement waits for its record.
+        Every attempt carries the turn's record id, so one whose reply was lost (Redis
+        went away after running it) is not appended again by the next.
         """
-        (answer,) = self._counted((answer,), turn.model, {})
+        (answer,) = await self._counted_off_loop((answer,), turn.model)
+        record_id = secrets.token_hex(12)
+        deadline = time.monotonic() + retry_s
+        pause = RETRY_PAUSE_S
+        while True:
+            try:
+                await self._record_once(turn, answer, now, record_id)
+                return
+            except StoreUnavailable:
+                if time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 0.5)
+
+    async def _record_once(self, turn: Turn, answer: Message, now: float, record_id: str) -> None:
         plan, state = turn.plan, turn.state
         receipt = _stored_receipt(turn, now, self.config.receipts)
         for attempt in range(RECORD_ATTEMPTS):
@@ -477,8 +534,8 @@ class MemoryService:
                     now=now,
                     truncate_to=plan.truncate_to,
                     expected_count=plan.expected_count,
-                    siblings=turn.siblings if state is turn.state else None,
                     receipt=receipt,
+                    record_id=record_id,
                 )
                 return
             except TailMoved:
@@ -494,7 +551,7 @@ class MemoryService:
         state = await self.store.load(keys, self.config.reconcile_tail)
         model = self.counter.default_model
         for start in range(0, len(messages), IMPORT_BATCH):
-            batch = self._counted(messages[start : start + IMPORT_BATCH], model, {})
+            batch = await self._counted_off_loop(messages[start : start + IMPORT_BATCH], model)
             state = await self._append(keys, user_id, batch, stored=state, now=now)
         return state.message_count
 
@@ -508,13 +565,12 @@ class MemoryService:
         now: float,
         truncate_to: int | None = None,
         expected_count: int | None = None,
-        siblings: tuple[str, ...] | None = None,
         receipt: StoredReceipt | None = None,
+        record_id: str = "",
     ) -> SessionState:
         """Record ``messages`` after the ``stored`` state, with the jobs and pins they make
-        due, in one round trip when the log is as ``stored`` says (see ``Predicted``).
-        ``siblings``, the user's sessions when the load read them, lets a session new to
-        its user find their idle sessions in that round trip too.
+        due, in one round trip when the log is as ``stored`` says (see ``Predicted``). A
+        session new to its user finds their idle sessions in that round trip too.
 
         Messages keep the time they carry (an import's); the others are stamped ``now``.
 
@@ -527,6 +583,7 @@ class MemoryService:
         )
         expected = self._writes(stored.tail, stamped, before, stored.turns, now)
         user = UserKeys(keys.tenant, user_id) if user_id else None
+        cross = self.composition.cross_session
         recorded = await self.store.record(
             keys,
             stamped,
@@ -536,9 +593,11 @@ class MemoryService:
             expected_count=expected_count,
             vectors=vectors,
             predicted=expected,
-            joining=self._joining(keys, user, stored, siblings, now),
+            joining=self._joining(user, stored, now),
             receipt=receipt,
             listed=now - stored.updated >= REFRESH_S,
+            record_id=record_id,
+            active=user if cross is not None else None,
         )
         users = sum(1 for m in stamped if m.role == "user")
         if not recorded.predicted:  # another turn landed in between: the real indexes
@@ -553,12 +612,12 @@ class MemoryService:
             foreseen = user_id != stored.user_id
             if not foreseen:  # a concurrent turn changed the session's user meanwhile
                 await self.store.index_user_session(user, keys.session_id)
-            if foreseen and siblings is not None:
-                await self._end_sessions(keys.tenant, recorded.idle)
+            if foreseen and cross is not None:
+                await self._end_sessions(user, recorded.idle)
             else:
                 await self._end_idle_sessions(user, keys, now)
         appended = tuple(m.but(index=recorded.first + i) for i, m in enumerate(stamped))
-        self._held_grows(keys, recorded.generation, appended, vectors)
+        await self._held_grows(keys, recorded.generation, appended, vectors)
         history = tuple(m for m in stored.tail if m.index < recorded.first) + appended
         return replace(
             stored,
@@ -568,7 +627,7 @@ class MemoryService:
             tail=history[-self.config.reconcile_tail :],
         )
 
-    def _held_grows(
+    async def _held_grows(
         self,
         keys: SessionKeys,
         generation: str,
@@ -578,11 +637,14 @@ class MemoryService:
         """What the process holds of the session takes the messages just recorded, when
         they follow it directly (so the next load reads nothing more); otherwise the next
         load brings whatever it misses."""
-        held = self.archives.get(keys)
-        if held is None or not appended:
+        if not appended or self.archives.get(keys) is None:
+            return
+        indexed = await self._indexed(appended)
+        held = self.archives.get(keys)  # (again: a long message was indexed off the loop)
+        if held is None:
             return
         if held.generation == generation and held.count == appended[0].index - 1:
-            held.extend(appended, vectors or [None] * len(appended))
+            held.extend(appended, vectors or [None] * len(appended), indexed)
             self.archives.resized(keys)
 
     def _writes(
@@ -608,23 +670,13 @@ class MemoryService:
                     pins.append(auto_pin(content, message.index, now))
         return Predicted(count_before + 1, turns_before, tuple(jobs), tuple(pins))
 
-    def _joining(
-        self,
-        keys: SessionKeys,
-        user: UserKeys | None,
-        stored: SessionState,
-        siblings: tuple[str, ...] | None,
-        now: float,
-    ) -> Joining | None:
-        """A session new to its user joins their index in the record's round trip; with
-        their sessions known from the load, those gone idle are found there too."""
+    def _joining(self, user: UserKeys | None, stored: SessionState, now: float) -> Joining | None:
+        """A session new to its user joins their index in the record's round trip, and
+        (with cross-session memory) finds those of their sessions gone idle there too."""
         if user is None or user.user_id == stored.user_id:
             return None
         cross = self.composition.cross_session
-        if cross is None or siblings is None:
-            return Joining(user)
-        others = tuple(s for s in siblings if s != keys.session_id)
-        return Joining(user, others, now - cross.idle_end_s)
+        return Joining(user, None if cross is None else now - cross.idle_end_s)
 
     async def _end_idle_sessions(self, user: UserKeys, keys: SessionKeys, now: float) -> None:
         """A user starting a session ends their idle ones (seed 001's end of session), so
@@ -635,11 +687,10 @@ class MemoryService:
         idle = await self.store.idle_sessions(
             user, idle_before=now - cross.idle_end_s, exclude=keys.session_id
         )
-        await self._end_sessions(keys.tenant, idle)
+        await self._end_sessions(user, idle)
 
-    async def _end_sessions(self, tenant: str, session_ids: Sequence[str]) -> None:
-        for session_id in session_ids:
-            await self.store.enqueue(SessionKeys(tenant, session_id), [END_JOB])
+    async def _end_sessions(self, user: UserKeys, session_ids: Sequence[str]) -> None:
+        await self.store.end_sessions(user, session_ids, END_JOB)
 
 
 def auto_pin(content: str, source_index: int, now: float) -> Pin:

@@ -28,6 +28,9 @@ _STOPWORDS_TEXT = """a about above after again against all am an and any are as 
     that's don't can't won't you're we're they're what's there's say said tell told
     know think want need make one two much many"""
 STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+# Longer "words" (a pasted hash, a run of random letters) are nobody's search term: left
+# out, so that one cannot become a posting of a megabyte.
+MAX_WORD_CHARS = 64
 
 
 @functools.cache
@@ -41,7 +44,7 @@ def words(text: str) -> list[str]:
     ("kate's" -> "kate"), before stemming."""
     found = []
     for token in _TOKEN.findall(text.lower().replace("\u2019", "'")):
-        if token in STOPWORDS:
+        if token in STOPWORDS or len(token) > MAX_WORD_CHARS:
             continue
         if token.endswith("'s"):
             token = token[:-2]

@@ -27,6 +27,8 @@ GATEWAY_REQUEST_HEADERS = frozenset({"x-session-id", "x-user-id", "x-memory-mode
 # Which upstream account a request bills and sees: the client's to choose only with its
 # own key, never with the operator's.
 ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
+# Our own server writes these on every response: relayed too, a response had two of each.
+SERVER_RESPONSE_HEADERS = frozenset({"date", "server"})
 
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -69,7 +71,7 @@ def response_headers(headers: Iterable[tuple[str, str]], *, decoded: bool) -> li
     the upstream's length and encoding no longer describe it.
     """
     headers = list(headers)
-    drop = HOP_BY_HOP | _connection_tokens(headers)
+    drop = HOP_BY_HOP | SERVER_RESPONSE_HEADERS | _connection_tokens(headers)
     if decoded:
         drop |= {"content-length", "content-encoding"}
     return [(name, value) for name, value in headers if name.lower() not in drop]

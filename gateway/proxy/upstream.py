@@ -20,7 +20,12 @@ Choices, each for a reason:
   User-Agent and Content-Type are skipped, and bodies arrive raw (``auto_decompress``
   off) so a passthrough relays them byte for byte; ``decoded`` undoes gzip/deflate here;
 * connect, time to first byte, silence between chunks and each body write have their
-  own limits and their own errors, enforced here rather than by one client-wide timeout.
+  own limits and their own errors, enforced here rather than by one client-wide timeout;
+* the wait for a pooled connection when all are busy has its own short deadline
+  (``pool_s``), then a 503: a pool held by streams nobody reads must not make every
+  other request wait out the connect timeout;
+* an answer's size is bounded (``max_response_bytes``), counted after decoding: a
+  compressed body is inflated in bounded pieces, so a gzip bomb stops at the limit.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import asyncio
 import contextlib
 import json
 import zlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote_from_bytes
@@ -38,8 +43,9 @@ import aiohttp
 from aiohttp.abc import AbstractStreamWriter
 from yarl import URL
 
+from gateway import offload
 from gateway.config import UpstreamConfig
-from gateway.errors import InvalidRequest, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import InvalidRequest, UpstreamPoolFull, UpstreamTimeout, UpstreamUnreachable
 from gateway.memory.rerank import EmbeddingsUnavailable
 from gateway.memory.summarizer import SummarizerUnavailable
 
@@ -50,6 +56,9 @@ _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _UNDRAINED = 0x10000
 # Bytes a query may carry as they are; anything else (non-ASCII) is percent-encoded.
 _QUERY_SAFE = bytes(range(0x21, 0x7F))
+# Decoded bytes made at most per step: a compressed chunk of a few KB may inflate a
+# thousandfold (a gzip bomb), so it is inflated in pieces, each counted before the next.
+_DECODED_PIECE = 1 << 16
 
 
 # Parsed once per URL: the chat path is every request's (yarl's parse is ~1% of a
@@ -58,22 +67,75 @@ _parsed_url = lru_cache(maxsize=64)(URL)
 
 
 class UpstreamStreamBroken(Exception):
-    """The upstream body stopped after it had begun (stall past the idle limit, or reset)."""
+    """The upstream body stopped after it had begun (stall past the idle limit, or reset).
+
+    ``code`` is what the client is told (in-band for a stream, else in the error body).
+    """
 
     def __init__(self, message: str, *, timeout: bool) -> None:
         super().__init__(message)
         self.timeout = timeout
+        self.code = "upstream_timeout" if timeout else "upstream_stream_broken"
+
+
+class UpstreamResponseTooLarge(UpstreamStreamBroken):
+    """The answer went past ``upstream.max_response_bytes`` (decoded, when read decoded)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the upstream's answer is larger than the {limit}-byte limit"
+            " (upstream.max_response_bytes)",
+            timeout=False,
+        )
+        self.code = "upstream_response_too_large"
 
 
 class _WriteStalled(Exception):
     """One write of the request body took longer than ``write_s`` (the upstream stopped reading)."""
 
 
-def _session(*, limit: int = 100, keepalive_s: float = 15.0) -> aiohttp.ClientSession:
+class _PoolFull(Exception):
+    """No pooled connection came free within ``pool_s``."""
+
+
+class _BoundedWaitConnector(aiohttp.TCPConnector):
+    """A connector whose wait for a free connection (all ``limit`` busy) ends after
+    ``pool_s`` with ``_PoolFull``.
+
+    aiohttp bounds that wait only together with the TCP connect (its ``connect``
+    timeout), so the wait is bounded here, in the one method that waits. It is private:
+    checked in ``_session``, so a renamed method fails at start-up rather than leaving the
+    wait unbounded. (aiohttp's public tracing signals can tell a request is waiting, but
+    every request then pays for them: ~16 µs of CPU each, measured; this costs nothing
+    until the pool is full.)
+    """
+
+    def __init__(self, *, pool_s: float, **options: Any) -> None:
+        super().__init__(**options)
+        self.pool_s = pool_s
+
+    async def _wait_for_available_connection(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            async with asyncio.timeout(self.pool_s):
+                await super()._wait_for_available_connection(*args, **kwargs)
+        except TimeoutError:
+            raise _PoolFull from None
+
+
+def _session(
+    *, limit: int = 100, keepalive_s: float = 15.0, pool_s: float | None = None
+) -> aiohttp.ClientSession:
+    options: dict[str, Any] = {"limit": limit, "limit_per_host": 0}
+    options["keepalive_timeout"] = keepalive_s
+    if pool_s is None:
+        connector = aiohttp.TCPConnector(**options)
+    else:
+        # Private, so checked: a renamed method must fail here, not leave waits unbounded.
+        if not hasattr(aiohttp.TCPConnector, "_wait_for_available_connection"):
+            raise RuntimeError("aiohttp no longer has _wait_for_available_connection")
+        connector = _BoundedWaitConnector(pool_s=pool_s, **options)
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(
-            limit=limit, limit_per_host=0, keepalive_timeout=keepalive_s
-        ),
+        connector=connector,
         cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=False,
         skip_auto_headers=_AUTO_HEADERS,
@@ -129,33 +191,148 @@ class _Body(aiohttp.payload.Payload):
             ) from None
 
 
-class _Decoder:
-    """Undoes a Content-Encoding of gzip or deflate; anything else passes as it is."""
+async def _inflated(pieces: Iterator[bytes]) -> tuple[list[bytes], Exception | None]:
+    """A compressed chunk's decoded pieces, and the error that ended them if one did: the
+    first ``HEAVY_CHARS`` of them made on the loop, the rest (a chunk that decodes to
+    megabytes: a gzip "bomb" inflates up to the answer limit) in the heavy-work pool, so
+    that other requests are not held while it inflates."""
+    out: list[bytes] = []
+    size = 0
+    try:
+        for piece in pieces:
+            out.append(piece)
+            size += len(piece)
+            if size >= offload.HEAVY_CHARS:
+                return await offload.off_loop(_drained, pieces, out)
+    except (UpstreamResponseTooLarge, zlib.error) as error:
+        return out, error
+    return out, None
 
-    def __init__(self, encoding: str) -> None:
+
+def _drained(pieces: Iterator[bytes], out: list[bytes]) -> tuple[list[bytes], Exception | None]:
+    try:
+        out.extend(pieces)
+    except (UpstreamResponseTooLarge, zlib.error) as error:
+        return out, error
+    return out, None
+
+
+class _Decoder:
+    """Undoes a Content-Encoding of gzip or deflate (anything else passes as it is), and
+    counts what it gives out against ``limit``: past it, ``UpstreamResponseTooLarge``.
+
+    Compressed input is inflated at most ``_DECODED_PIECE`` bytes at a time (zlib's
+    ``max_length``; the rest of the input waits in ``unconsumed_tail``), so going past
+    the limit is found having made at most one piece more, whatever the input holds.
+    """
+
+    def __init__(self, encoding: str, limit: int) -> None:
         self._zlib: Any = None
         self._deflate = False
+        self._limit = limit
+        self._left = limit
         if encoding in ("gzip", "x-gzip"):
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
             self._zlib = zlib.decompressobj()
             self._deflate = True
 
-    def feed(self, chunk: bytes) -> bytes:
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        """``chunk`` decoded, in pieces; raises ``zlib.error`` on a body that does not decode."""
         if self._zlib is None:
-            return chunk
+            if chunk:
+                yield self._counted(chunk)
+            return
+        data = chunk
+        while True:
+            piece = self._inflate(data)
+            if piece:
+                yield self._counted(piece)
+            data = self._zlib.unconsumed_tail
+            # A full piece may leave output pending inside zlib even with no input left.
+            if not data and len(piece) < _DECODED_PIECE:
+                return
+
+    def flush(self) -> Iterator[bytes]:
+        """What is left once the body has ended (all input was fed, in pieces: little)."""
+        if self._zlib is not None:
+            rest = bytes(self._zlib.flush())
+            if rest:
+                yield self._counted(rest)
+
+    def _inflate(self, data: bytes) -> bytes:
         try:
-            return bytes(self._zlib.decompress(chunk))
+            return bytes(self._zlib.decompress(data, _DECODED_PIECE))
         except zlib.error:
             if not self._deflate:
                 raise
             # "deflate" is often sent without its zlib header: retry as raw deflate.
             self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
             self._deflate = False
-            return bytes(self._zlib.decompress(chunk))
+            return bytes(self._zlib.decompress(data, _DECODED_PIECE))
 
-    def flush(self) -> bytes:
-        return bytes(self._zlib.flush()) if self._zlib is not None else b""
+    @property
+    def compressed(self) -> bool:
+        return self._zlib is not None
+
+    def _counted(self, piece: bytes) -> bytes:
+        self._left -= len(piece)
+        if self._left < 0:
+            raise UpstreamResponseTooLarge(self._limit)
+        return piece
+
+
+# What ends an event of an event stream: a blank line (after "\n", "\r" or "\r\n").
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+
+
+def _event_end(data: bytes) -> int:
+    """Just past the last event end in ``data``; 0 if it holds none."""
+    end = 0
+    for mark in _EVENT_ENDS:
+        at = data.rfind(mark)
+        if at != -1:
+            end = max(end, at + len(mark))
+    return end
+
+
+class _WholeEvents:
+    """Passes an event stream on in whole events, holding back the start of one that is
+    still arriving. When the stream breaks (or outgrows its limit) what the client has
+    then ends with an event, so the in-band error the gateway adds is read as one; a half
+    event before it would merge with it into a line no client can parse.
+
+    The held pieces are kept apart and joined once their event ends: a long event that
+    arrives in many pieces is copied once, not once a piece.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: list[bytes] = []
+
+    def feed(self, piece: bytes) -> bytes:
+        """The bytes of ``piece`` (and of what was held) up to the last event end."""
+        if not self._held:
+            if piece.endswith(b"\n\n"):
+                return piece  # the usual piece: whole events
+            end = _event_end(piece)
+            if end < len(piece):
+                self._held.append(piece[end:])
+            return piece[:end]
+        tail = self._held[-1][-3:]  # an event end may straddle the two
+        end = _event_end(tail + piece) - len(tail)
+        if end <= 0:
+            self._held.append(piece)
+            return b""
+        out = b"".join(self._held) + piece[:end]
+        self._held = [piece[end:]] if end < len(piece) else []
+        return out
+
+    def rest(self) -> bytes:
+        """What is held once the stream has ended cleanly: relayed as it came."""
+        rest, self._held = b"".join(self._held), []
+        return rest
 
 
 def _buffered(content: aiohttp.StreamReader) -> bytes:
@@ -176,9 +353,12 @@ def _buffered(content: aiohttp.StreamReader) -> bytes:
 class UpstreamResponse:
     """An upstream answer whose headers have arrived and whose body is still to read."""
 
-    def __init__(self, response: aiohttp.ClientResponse, idle_s: float) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, idle_s: float, max_bytes: int = 32 << 20
+    ) -> None:
         self._response = response
         self._idle_s = idle_s
+        self._max_bytes = max_bytes
         self.status_code = response.status
         self.headers = [
             (name.decode("latin-1").lower(), value.decode("latin-1"))
@@ -186,9 +366,17 @@ class UpstreamResponse:
         ]
 
     async def iter_body(self, *, decoded: bool) -> AsyncIterator[bytes]:
-        """The body as it arrives; ``decoded`` undoes content-encoding (to read it)."""
-        encoding = self._response.headers.get("content-encoding", "").strip().lower()
-        decoder = _Decoder(encoding if decoded else "identity")
+        """The body as it arrives; ``decoded`` undoes content-encoding (to read it).
+
+        At most ``max_bytes`` of it (decoded, when decoded): then ``UpstreamResponseTooLarge``.
+        """
+        headers = self._response.headers
+        encoding = headers.get("content-encoding", "").strip().lower()
+        decoder = _Decoder(encoding if decoded else "identity", self._max_bytes)
+        # An event stream read by the gateway is passed on in whole events, so that it
+        # can end with an in-band error of its own (the chat route's).
+        event_stream = "text/event-stream" in headers.get("content-type", "").lower()
+        events = _WholeEvents() if decoded and event_stream else None
         content = self._response.content
         while True:
             try:
@@ -198,26 +386,46 @@ class UpstreamResponse:
                 if not chunk and not content.is_eof():
                     async with asyncio.timeout(self._idle_s):
                         chunk = await content.readany()
-                piece = decoder.feed(chunk) if chunk else decoder.flush()
             except TimeoutError:
                 raise UpstreamStreamBroken(
                     f"upstream sent nothing for {self._idle_s:g} s", timeout=True
                 ) from None
-            except (aiohttp.ClientError, OSError, zlib.error) as error:
+            except (aiohttp.ClientError, OSError) as error:
                 broken = UpstreamStreamBroken(
                     f"upstream stream broke: {type(error).__name__}", timeout=False
                 )
                 break
-            if piece:
-                yield piece
+            try:
+                decoding = decoder.feed(chunk) if chunk else decoder.flush()
+                pieces: Iterable[bytes] = decoding
+                failure = None
+                if decoder.compressed:
+                    pieces, failure = await _inflated(decoding)
+                for piece in pieces:
+                    if events is not None:
+                        piece = events.feed(piece)
+                        if not piece:
+                            continue
+                    yield piece
+                if failure is not None:
+                    raise failure
+            except zlib.error as error:
+                raise UpstreamStreamBroken(
+                    f"upstream stream broke: {type(error).__name__}", timeout=False
+                ) from None
             if not chunk:
+                if events is not None and (rest := events.rest()):
+                    yield rest
                 return
-        # Relay what the upstream did send before it broke, then report the break.
+        # Relay what the upstream did send before it broke (whole events of it, for an
+        # event stream), then report the break.
         rest = _buffered(content)
-        with contextlib.suppress(zlib.error):
-            piece = decoder.feed(rest) if rest else b""
-            if piece:
-                yield piece
+        with contextlib.suppress(zlib.error, UpstreamResponseTooLarge):
+            for piece in decoder.feed(rest):
+                if events is not None:
+                    piece = events.feed(piece)
+                if piece:
+                    yield piece
         raise broken
 
     async def read(self) -> bytes:
@@ -256,16 +464,24 @@ class Upstream:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
         self._client: aiohttp.ClientSession | None = None
-        # Waiting for a pooled connection and the TCP connect, together.
+        # aiohttp's connect covers the wait for a pooled connection (bounded on its own
+        # by pool_s, see _BoundedWaitConnector), DNS and the TCP connect; connect_s is
+        # the part after the wait, and sock_connect the TCP connect itself.
+        timeouts = config.timeouts
         self._connect = aiohttp.ClientTimeout(
-            total=None, connect=config.timeouts.connect_s, sock_read=None
+            total=None,
+            connect=timeouts.pool_s + timeouts.connect_s,
+            sock_connect=timeouts.connect_s,
+            sock_read=None,
         )
 
     @property
     def client(self) -> aiohttp.ClientSession:
         if self._client is None:
             self._client = _session(
-                limit=self.config.max_connections, keepalive_s=self.config.keepalive_s
+                limit=self.config.max_connections,
+                keepalive_s=self.config.keepalive_s,
+                pool_s=self.config.timeouts.pool_s,
             )
         return self._client
 
@@ -306,6 +522,11 @@ class Upstream:
                     allow_redirects=False,
                     timeout=self._connect,
                 )
+        except _PoolFull:
+            raise UpstreamPoolFull(
+                f"all {self.config.max_connections} upstream connections stayed busy"
+                f" for {timeouts.pool_s:g} s; retry shortly"
+            ) from None
         except TimeoutError as error:
             if isinstance(error, aiohttp.ConnectionTimeoutError):
                 raise UpstreamTimeout("timed out connecting to the upstream") from None
@@ -322,7 +543,7 @@ class Upstream:
             raise UpstreamUnreachable(
                 f"cannot reach the upstream: {type(error).__name__}"
             ) from None
-        return UpstreamResponse(response, timeouts.idle_s)
+        return UpstreamResponse(response, timeouts.idle_s, self.config.max_response_bytes)
 
     async def accepts_key(self, key: str, timeout_s: float = 5.0) -> bool | None:
         """Whether the upstream takes this key (a ``GET /models`` with it): False when it
@@ -337,7 +558,7 @@ class Upstream:
                     status = response.status_code
                 finally:
                     await response.aclose()
-        except (TimeoutError, UpstreamTimeout, UpstreamUnreachable):
+        except (TimeoutError, UpstreamTimeout, UpstreamUnreachable, UpstreamPoolFull):
             return None
         if status in (401, 403):
             return False

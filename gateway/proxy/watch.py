@@ -11,6 +11,10 @@ does beside them. A streamed answer is recorded only if the gateway read all of 
   nobody read. A client that resends its history brings such a turn back (reconcile).
 
 Lines that are not SSE fields and comments are ignored, as the SSE spec (and the SDK) do.
+
+What the watch holds is bounded by what it is fed: the answer's text (never more than
+its bytes) and at most one event still arriving (``sse.MAX_EVENT_CHARS``). It is fed the
+decoded stream, which the upstream client ends at ``upstream.max_response_bytes``.
 """
 
 from __future__ import annotations

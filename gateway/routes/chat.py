@@ -18,9 +18,9 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import codec, metrics, request_log
+from gateway import codec, metrics, rate_limits, request_log
 from gateway.auth import Authenticator, Caller
-from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request
+from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request_off_loop
 from gateway.config import Settings
 from gateway.errors import (
     InvalidRequest,
@@ -34,8 +34,14 @@ from gateway.identity import Identity, MemoryMode, header_id, memory_mode
 from gateway.memory.model import Message
 from gateway.memory.service import MemoryService, Turn
 from gateway.proxy.accumulate import message_from_completion
+from gateway.proxy.answer_tokens import note_tokens_out
 from gateway.proxy.headers import media_type, request_headers
-from gateway.proxy.upstream import Upstream, UpstreamResponse, UpstreamStreamBroken
+from gateway.proxy.upstream import (
+    Upstream,
+    UpstreamResponse,
+    UpstreamResponseTooLarge,
+    UpstreamStreamBroken,
+)
 from gateway.proxy.watch import StreamWatch, split_at_done
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.relay import (
@@ -53,6 +59,19 @@ from gateway.store.redis_store import StoreUnavailable
 log = logging.getLogger(__name__)
 
 _MEMORY_OFF = {"x-memory-status": "off"}
+# Memory was used, but the upstream gave no answer to record (an error status).
+NOT_RECORDED = "not_recorded"
+# A stream whose turn could not be stored ends with this instead of [DONE].
+_NOT_STORED_EVENT = sse_error_event(
+    "the answer was not stored in memory (memory store unavailable); resend the turn to "
+    "have it remembered",
+    "memory_error",
+    "memory_not_recorded",
+)
+
+
+def _unanswered(memory_headers: dict[str, str]) -> dict[str, str]:
+    return {**memory_headers, "x-memory-status": NOT_RECORDED}
 
 
 class ChatCompletions:
@@ -87,7 +106,7 @@ class ChatCompletions:
         body = await read_body(request, self.settings.server.max_body_bytes)
         mode = memory_mode(request.headers)
         user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
-        chat = parse_chat_request(body)
+        chat = await parse_chat_request_off_loop(body, self.settings.server)
         request_log.note(
             session_id=request_log.client_string(session_id),
             memory_mode=mode.value,
@@ -183,7 +202,7 @@ class ChatCompletions:
             self.auth.refused(request.headers)
         if upstream.status_code != 200:
             body = relay_stream(upstream, decoded=True)
-            return streamed(upstream, body, decoded=True, extra=memory_headers)
+            return streamed(upstream, body, decoded=True, extra=_unanswered(memory_headers))
         received = media_type(upstream.headers)
         if received not in (None, "text/event-stream"):
             # An upstream that ignored stream=true: its JSON (or HTML) would reach the SDK
@@ -210,6 +229,8 @@ class ChatCompletions:
         upstream = await opening
         try:
             raw = await upstream.read()
+        except UpstreamResponseTooLarge as error:
+            raise UpstreamError(str(error), code=error.code) from None
         except UpstreamStreamBroken as error:
             if error.timeout:
                 raise UpstreamTimeout(str(error)) from None
@@ -217,7 +238,8 @@ class ChatCompletions:
         finally:
             await close_quietly(upstream)
         timer.upstream_answered()  # the whole answer: it is relayed only once read
-        headers = dict(memory_headers)
+        # "ok" only for an answer recorded (or, in read mode, not meant to be).
+        headers = _unanswered(memory_headers)
         if upstream.status_code in (200, 401):
             accepted(upstream.status_code == 200)  # the upstream took the client's key, or not
             try:
@@ -225,8 +247,11 @@ class ChatCompletions:
             except ValueError:
                 completion = None
             answer = message_from_completion(completion)
-            if record and answer is not None and not await self._record(turn, answer):
-                headers["x-memory-status"] = "degraded"
+            if upstream.status_code == 200 and answer is not None:
+                stored = not record or await self._record(turn, answer)
+                headers = (
+                    memory_headers if stored else {**memory_headers, "x-memory-status": "degraded"}
+                )
             usage = completion.get("usage") if isinstance(completion, dict) else None
             self._answered(turn, answer, usage)
         response = Response(raw, status_code=upstream.status_code)
@@ -255,7 +280,9 @@ class ChatCompletions:
                     before, done = split_at_done(chunk)
                     if before:
                         yield before
-                    await self._record_watched(turn if record else None, watch)
+                    if not await self._record_watched(turn if record else None, watch):
+                        yield _NOT_STORED_EVENT  # and no [DONE]: the turn is not stored
+                        return
                     chunk = done
                 yield chunk
             watch.close()
@@ -269,12 +296,12 @@ class ChatCompletions:
                     "upstream_error",
                     "upstream_stream_incomplete",
                 )
-            elif not recorded:
-                await self._record_watched(turn if record else None, watch)
+            elif not recorded and not await self._record_watched(turn if record else None, watch):
+                yield _NOT_STORED_EVENT
         except UpstreamStreamBroken as error:
             # Headers are gone: report in-band, and no [DONE] so the client knows.
             log.warning("upstream stream ended abnormally: %s", error)
-            code = "upstream_timeout" if error.timeout else "upstream_stream_broken"
+            code = error.code
             metrics.stream_error(code)
             yield sse_error_event(str(error), "upstream_error", code)
         finally:
@@ -282,13 +309,16 @@ class ChatCompletions:
             self._answered(turn, watch.message(), watch.usage)
             await close_quietly(upstream)
 
-    async def _record_watched(self, turn: Turn | None, watch: StreamWatch) -> None:
+    async def _record_watched(self, turn: Turn | None, watch: StreamWatch) -> bool:
+        """Record a finished stream's turn; False when it should have been and was not."""
         if turn is None:
-            return
+            return True
         if watch.recordable:
-            await self._record(turn, watch.message())
-        elif watch.unreadable:
+            return await self._record(turn, watch.message())
+        if watch.unreadable:
+            # Relayed untouched, as it came; the client can tell it is malformed.
             log.warning("turn not recorded: the upstream stream was malformed")
+        return True
 
     async def _record(self, turn: Turn, answer: Message) -> bool:
         """Record the turn whole: shielded, so a disconnect cannot cut it half-way."""
@@ -301,10 +331,13 @@ class ChatCompletions:
 
     async def _record_now(self, turn: Turn, answer: Message) -> bool:
         try:
-            await self.memory.record(turn, answer, now=self.clock())
+            await self.memory.record(
+                turn, answer, now=self.clock(), retry_s=self.settings.redis.record_retry_s
+            )
         except StoreUnavailable as error:
-            # The answer reached the client; only memory of it is lost. A client that
-            # resends its history will bring the turn back (see reconcile).
+            # The answer is not acknowledged: a stream ends with an error event instead of
+            # [DONE], a whole answer says "degraded". A client that resends its history
+            # brings the turn back (see reconcile).
             log.warning("turn not recorded: %s", error)
             metrics.degraded("record_failed")
             # A stream's header said "ok" before this: its access line says what happened.
@@ -315,19 +348,16 @@ class ChatCompletions:
     def _answered(self, turn: Turn, answer: Message | None, usage: Any) -> None:
         """The answer's tokens on the access line (the upstream's count when it gave one)
         and, with content logging on (``gateway.content`` at DEBUG), the turn's content."""
+        rate_limits.charge(turn, answer, usage, self.memory.counter)  # tokens a minute
         if request_log.collecting():
             tokens = _completion_tokens(usage)
             if tokens is not None:
                 request_log.note(tokens_out=tokens)
             elif answer is not None:
-                # Counted once the client has the whole response (a recorded answer's
-                # text was counted by the record: cache hits, mostly).
-                counter, model = self.memory.counter, turn.model
-                request_log.after_response(
-                    lambda: request_log.note(
-                        tokens_out=counter.count_payload(answer.to_openai(), model)
-                    )
-                )
+                # Counted once the client has the whole response, a long answer (one a
+                # client left unread, up to upstream.max_response_bytes) off the loop
+                # and only in part: see answer_tokens.
+                note_tokens_out(self.memory.counter, answer, turn.model)
         if answer is not None and request_log.content_enabled():
             request_log.log_content(
                 turn.identity.session_id, turn.context.openai_messages(), answer.to_openai()

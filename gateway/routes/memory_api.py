@@ -24,12 +24,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from gateway import offload
 from gateway.auth import Authenticator, Caller
 from gateway.chat_request import (
+    DEFAULT_LIMITS,
+    MessageLimits,
     MessageShape,
+    check_message_count,
+    check_message_sizes,
+    check_raw_message_count,
     check_tool_results,
     check_turn_tool_results,
-    parse_chat_request,
+    parse_chat_request_off_loop,
     parse_json,
     validation_error,
 )
@@ -88,6 +94,23 @@ class _PinBody(BaseModel):
     source_index: int | None = Field(default=None, ge=1, le=MAX_INDEX)
 
 
+def parse_import(raw: bytes, limits: MessageLimits) -> tuple[Message, ...]:
+    """The messages of an import body, within the caps a chat request has."""
+    check_raw_message_count(raw, limits)
+    data = parse_json(raw or b"{}")
+    if isinstance(data, dict):
+        check_message_count(data.get("messages"), limits)
+    try:
+        body = _ImportBody.model_validate(data)
+    except ValidationError as error:
+        raise validation_error(data, error) from None
+    check_message_sizes(data["messages"], limits)
+    return tuple(  # (the validator made each timestamp a float)
+        Message.from_openai(raw).but(ts=float(shape.timestamp or 0.0))
+        for raw, shape in zip(data["messages"], body.messages, strict=True)
+    )
+
+
 def parse_body(model: type[BaseModel], raw: bytes) -> tuple[Any, Any]:
     """The validated body and the client's JSON it came from."""
     data = parse_json(raw or b"{}")
@@ -114,8 +137,14 @@ def _limit(request: Request, default: int = 50, most: int = 1000) -> int:
 
 class MemoryAPI:
     def __init__(
-        self, operations: SessionOperations, auth: Authenticator, *, max_body_bytes: int
+        self,
+        operations: SessionOperations,
+        auth: Authenticator,
+        *,
+        max_body_bytes: int,
+        limits: MessageLimits = DEFAULT_LIMITS,
     ) -> None:
+        self.limits = limits  # on messages, as in chat requests (server.max_messages...)
         self.ops = operations
         self.memory = operations.memory
         self.store = operations.store
@@ -177,11 +206,8 @@ class MemoryAPI:
 
     async def import_messages(self, request: Request) -> Response:
         keys = await self._keys(request)
-        body, data = parse_body(_ImportBody, await read_body(request, self.max_body_bytes))
-        messages = tuple(
-            Message.from_openai(raw).but(ts=shape.timestamp or 0.0)
-            for raw, shape in zip(data["messages"], body.messages, strict=True)
-        )
+        raw = await read_body(request, self.max_body_bytes)
+        messages = await offload.sized(len(raw), parse_import, raw, self.limits)
         caller = await self._caller(request)
         user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
         if caller.quota_bytes is not None:
@@ -198,7 +224,8 @@ class MemoryAPI:
 
     async def context(self, request: Request) -> Response:
         keys = await self._keys(request)
-        chat = parse_chat_request(await read_body(request, self.max_body_bytes))
+        raw = await read_body(request, self.max_body_bytes)
+        chat = await parse_chat_request_off_loop(raw, self.limits)
         # As the proxy would see it.
         user_id = (await self._caller(request)).user_id(header_id(request.headers, "X-User-Id"))
         identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)

@@ -96,7 +96,9 @@ class Passthrough:
         chat = path == "/v1/chat/completions" and request.method == "POST"
         if not chat and not self.allows(path):
             raise NotAllowed(
-                f"{path} is not passed to the upstream (upstream.passthrough)",
+                f"{request.method} {path} is not passed to the upstream (upstream.passthrough)",
+                # Chat completions take POST (the memory route); another path, none here.
+                allow=("POST",) if path == "/v1/chat/completions" else (),
                 code="path_not_allowed",
             )
         headers = request_headers(

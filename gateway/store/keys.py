@@ -179,6 +179,12 @@ class UserKeys:
         return f"{PREFIX}:{self.tag}:sessions"
 
     @property
+    def active(self) -> str:
+        """The user's sessions not yet ended, scored by their last activity: the idle
+        ones are found by score, however many sessions the user has."""
+        return f"{PREFIX}:{self.tag}:active"
+
+    @property
     def history(self) -> str:
         return f"{PREFIX}:{self.tag}:history"
 
@@ -187,7 +193,7 @@ class UserKeys:
         return f"{PREFIX}:{self.tag}:profile"
 
     def all(self) -> tuple[str, ...]:
-        return (self.sessions, self.history, self.profile)
+        return (self.sessions, self.active, self.history, self.profile)
 
 
 def job_stream(shard: int) -> str:

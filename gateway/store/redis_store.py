@@ -13,7 +13,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -69,19 +69,22 @@ class Recorded:
     turns: int  # user messages in the session now
     new_user: bool  # the session's user id was set or changed by this append
     predicted: bool = False  # the append landed where predicted: its writes were made
-    idle: tuple[str, ...] = ()  # of the ``Joining.siblings``: those idle and not ended
+    idle: tuple[str, ...] = ()  # with ``Joining.idle_before``: the user's idle sessions
     generation: str = ""  # the log's generation after the append (see memory.archive)
 
 
 @dataclass(frozen=True, slots=True)
 class Joining:
-    """A session joining its user's index with this append; with ``siblings`` (the user's
-    other sessions, as the load found them), those idle since ``idle_before`` are found
-    in the same round trip."""
+    """A session joining its user's index with this append; with ``idle_before``, the
+    user's sessions idle since then (up to ``IDLE_BATCH``) are found in the same round
+    trip."""
 
     user: UserKeys
-    siblings: tuple[str, ...] = ()
-    idle_before: float = 0.0
+    idle_before: float | None = None
+
+
+# Idle sessions ended at once when a user starts a session: the rest wait for the next.
+IDLE_BATCH = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,6 @@ class Loaded:
     state: SessionState
     log: LogSlice
     peers: dict[SessionKeys, LogSlice]
-    user_sessions: tuple[str, ...] | None = None  # when asked for: the user's session ids
     usage: int | None = None  # when asked for: the tenant's stored bytes
 
 
@@ -144,8 +146,12 @@ class JobNotice:
 # get the retention TTL).  ARGV: ttl_s, now, session_id, user_id ("" = keep), truncate_to
 # (-1 = none), expected_count (-1 = any), user messages appended, M = messages appended,
 # predicted first index (-1 = none), predicted turns before, J = predicted jobs, P =
-# predicted pins, a new generation token, M message JSONs, M vectors ("" = none), J (job
-# id, job JSON) pairs, P (pin id, pin JSON) pairs.
+# predicted pins, a new generation token, the appended bytes, the turn's record id, M
+# message JSONs, M vectors ("" = none), J (job id, job JSON) pairs, P (pin id, pin JSON)
+# pairs.
+# A record is idempotent by its id: sent again because its reply was lost (Redis went
+# away after running it), it appends nothing and answers what it did (the last element
+# of the reply is then 1), so a retry never stores a turn twice.
 # Appends after an optional truncation (a regenerate replacing the stored answer)
 # in one step, so concurrent turns never interleave and a reader never sees half a turn.
 # A plan made against a given log length (an import, a retry, a regenerate) writes
@@ -160,9 +166,14 @@ class JobNotice:
 # it kept, so a process holding the old one drops only what was replaced.
 RECORD_SCRIPT = """
 local n = redis.call('LLEN', KEYS[2])
+if ARGV[15] ~= '' and redis.call('HGET', KEYS[1], 'rec') == ARGV[15] then
+  -- This very turn again (its reply was lost): what it did, not a second append.
+  local did = redis.call('HMGET', KEYS[1], 'rec_first', 'rec_pred', 'turns', 'gen')
+  return {tonumber(did[1]), n, tonumber(did[3]), 0, tonumber(did[2]), did[4], 1}
+end
 local expected = tonumber(ARGV[6])
 if expected >= 0 and n ~= expected then
-  return {-1, n, 0, 0, 0, ''}
+  return {-1, n, 0, 0, 0, '', 0}
 end
 local gen = redis.call('HGET', KEYS[1], 'gen')
 local truncate_to = tonumber(ARGV[5])
@@ -190,11 +201,12 @@ if first == tonumber(ARGV[9])
   predicted = 1
 end
 if m > 0 then
-  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 15, 14 + m))
-  redis.call('RPUSH', KEYS[7], unpack(ARGV, 15 + m, 14 + 2 * m))
+  n = redis.call('RPUSH', KEYS[2], unpack(ARGV, 16, 15 + m))
+  redis.call('RPUSH', KEYS[7], unpack(ARGV, 16 + m, 15 + 2 * m))
   redis.call('HINCRBY', KEYS[1], 'bytes', tonumber(ARGV[14]))
 end
-local at = 15 + 2 * m
+redis.call('HSET', KEYS[1], 'rec', ARGV[15], 'rec_first', first, 'rec_pred', predicted)
+local at = 16 + 2 * m
 if predicted == 1 then
   for i = at, at + 2 * jobs - 1, 2 do
     redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
@@ -216,7 +228,7 @@ local ttl = tonumber(ARGV[1])
 for i = 1, #KEYS do
   redis.call('EXPIRE', KEYS[i], ttl)
 end
-return {first, n, turns, new_user, predicted, gen}
+return {first, n, turns, new_user, predicted, gen, 0}
 """
 
 # What returns a slice of the log with its vectors, aligned (a Lua fragment shared by the
@@ -418,17 +430,12 @@ def _log_slice(reply: Sequence[Any], fields: dict[bytes, bytes]) -> LogSlice:
     return LogSlice(generation, int(count), int(start), bool(warm), messages, vectors)
 
 
-def _ask_idle(pipe: Any, user: UserKeys, sessions: Sequence[str]) -> None:
-    for session_id in sessions:
-        pipe.hmget(SessionKeys(user.tenant, session_id).meta, ["updated", "ended"])
+def _ask_idle(pipe: Any, user: UserKeys, idle_before: float) -> None:
+    pipe.zrangebyscore(user.active, "-inf", f"({idle_before!r}", start=0, num=IDLE_BATCH)
 
 
-def _idle(sessions: Sequence[str], found: Sequence[Any], idle_before: float) -> Iterator[str]:
-    """Of the sessions, those open with no activity since ``idle_before`` (replies of
-    ``_ask_idle``)."""
-    for session_id, (updated, ended) in zip(sessions, found, strict=True):
-        if updated and not ended and float(updated) < idle_before:
-            yield session_id
+def _idle(reply: Any) -> tuple[str, ...]:
+    return tuple(sorted(item.decode() for item in reply))
 
 
 def _notice(shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> JobNotice:
@@ -571,14 +578,13 @@ class RedisStore:
         most: int = 0,
         user: UserKeys | None = None,
         peers: Sequence[tuple[SessionKeys, Known | None]] = (),
-        user_sessions: bool = False,
         usage: bool = False,
     ) -> Loaded:
         """Everything one request needs, in one round trip: the session's meta, tiers,
         pins and pending jobs, and its log's messages after what the caller holds
         (``known``, up to ``most`` of them; else its newest ``tail``), with their vectors
-        if asked; with a user, their cross-session profile and history (and
-        ``user_sessions``, their session ids); the same slice of each of ``peers``; and
+        if asked; with a user, their cross-session profile and history; the same slice of
+        each of ``peers``; and
         with ``usage``, the tenant's stored bytes.
 
         The returned state's ``tail`` holds the messages read: the caller that holds
@@ -589,8 +595,6 @@ class RedisStore:
             if user is not None:
                 pipe.get(user.profile)
                 pipe.lrange(user.history, 0, -1)
-                if user_sessions:
-                    pipe.smembers(user.sessions)
             for peer, held in peers:
                 self._call_load(pipe, peer, 0, held, vectors, most)
             if usage:
@@ -602,7 +606,6 @@ class RedisStore:
         fields = _fields(meta)
         log = _log_slice(own, fields)
         profile, history = (rest.pop(0), rest.pop(0)) if user is not None else (None, [])
-        siblings = rest.pop(0) if user is not None and user_sessions else None
         user_id = fields.get(b"user_id")
         state = SessionState(
             message_count=int(count),
@@ -622,8 +625,7 @@ class RedisStore:
             peer: _log_slice(reply, _fields(reply[0]))
             for (peer, _), reply in zip(peers, rest, strict=True)
         }
-        ids = tuple(sorted(item.decode() for item in siblings)) if siblings is not None else None
-        return Loaded(state, log, peer_logs, ids, used)
+        return Loaded(state, log, peer_logs, used)
 
     def _call_load(
         self,
@@ -690,10 +692,10 @@ class RedisStore:
         return [json.loads(item) for item in raw]
 
     async def idle_sessions(self, user: UserKeys, *, idle_before: float, exclude: str) -> list[str]:
-        """The user's sessions, still open, with no activity since ``idle_before``."""
-        sessions = [s for s in await self.user_sessions(user) if s != exclude]
-        found = await self.pipeline(lambda pipe: _ask_idle(pipe, user, sessions))
-        return list(_idle(sessions, found, idle_before)) if sessions else []
+        """The user's sessions, still open, with no activity since ``idle_before`` (up to
+        ``IDLE_BATCH`` of them)."""
+        (found,) = await self.pipeline(lambda pipe: _ask_idle(pipe, user, idle_before))
+        return [s for s in _idle(found) if s != exclude]
 
     async def save_user_history(
         self, user: UserKeys, entry: dict[str, Any], profile: dict[str, Any], keep: int
@@ -724,6 +726,8 @@ class RedisStore:
         joining: Joining | None = None,
         receipt: catalog.StoredReceipt | None = None,
         listed: bool = True,
+        record_id: str = "",
+        active: UserKeys | None = None,
     ) -> Recorded:
         """Append messages atomically, numbering them, with their recall ``vectors``
         (stored forms, "" for none; one per message, or none at all).
@@ -758,6 +762,7 @@ class RedisStore:
             len(pins),
             secrets.token_hex(8),
             appended,
+            record_id,
             *stored_json,
             *stored_vectors,
             *(item for job in jobs for item in (job.id, json.dumps(job.to_data()))),
@@ -769,7 +774,11 @@ class RedisStore:
             self._announce(pipe, keys, jobs)
             if joining is not None:
                 self._add_user_session(pipe, joining.user, keys.session_id)
-                _ask_idle(pipe, joining.user, joining.siblings)
+            if active is not None:  # this session's activity, for its user's idle check
+                pipe.zadd(active.active, {keys.session_id: now})
+                pipe.expire(active.active, self.retention_s)
+            if joining is not None and joining.idle_before is not None:
+                _ask_idle(pipe, joining.user, joining.idle_before)
             catalog.write_turn(
                 pipe, keys, now=now, retention_s=self.retention_s, receipt=receipt, listed=listed
             )
@@ -782,19 +791,23 @@ class RedisStore:
         # its job pending in the session, run with the session's next notice or flush;
         # a failed user index write is made again (or the turn reported degraded).
         replies = await self._scripted_pipeline(build, needed=1)
-        first, count, turns, new_user, landed, generation = replies[0]
+        first, count, turns, new_user, landed, generation, repeated = replies[0]
         if int(first) < 0:
             # Nothing was appended: the bytes counted beside the script are taken back.
             await self.bounded(lambda: self.client.decrby(usage_key(keys.tenant), appended))
             raise TailMoved(f"expected {expected_count} messages, found {count}")
+        if int(repeated):  # done before, and its bytes counted then
+            await self.bounded(lambda: self.client.decrby(usage_key(keys.tenant), appended))
         idle: tuple[str, ...] = ()
         if joining is not None:
-            at = 3 + len(jobs)
-            indexed, found = replies[at - 2 : at], replies[at : at + len(joining.siblings)]
+            at = 1 + len(jobs)  # after the script and the notices
+            indexed = replies[at : at + 2]
             if any(isinstance(reply, Exception) for reply in indexed):
                 await self.index_user_session(joining.user, keys.session_id)
-            if not any(isinstance(reply, Exception) for reply in found):
-                idle = tuple(_idle(joining.siblings, found, joining.idle_before))
+            if joining.idle_before is not None:
+                found = replies[at + 2 + (2 if active is not None else 0)]
+                if not isinstance(found, Exception):
+                    idle = tuple(s for s in _idle(found) if s != keys.session_id)
         return Recorded(
             int(first),
             int(count),
@@ -840,6 +853,16 @@ class RedisStore:
                 raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
         return replies
 
+    async def send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Commands of the store's neighbours on the request path (``rate_limits``): one
+        round trip on the shared connections under the store's deadline; replies as Redis
+        sent them, an error reply in its place."""
+
+        async def send() -> list[Any]:
+            return await self._connections.execute(commands, self.timeout_s)
+
+        return await self._guarded(send, None)
+
     async def warm(self, timeout_s: float | None = None) -> None:
         """Start-up: the request path's scripts loaded and its connections open, so that
         a burst of first requests pays for neither inside its deadline."""
@@ -861,6 +884,21 @@ class RedisStore:
             self._announce(pipe, keys, jobs)
 
         await self.pipeline(build)
+
+    async def end_sessions(self, user: UserKeys, session_ids: Sequence[str], end: Job) -> None:
+        """Queue the ``end`` job of each of a user's sessions, which leave the user's
+        active index (a session that gets a turn again rejoins it); one round trip."""
+
+        def build(pipe: Any) -> None:
+            for session_id in session_ids:
+                keys = SessionKeys(user.tenant, session_id)
+                pipe.hset(keys.jobs, end.id, json.dumps(end.to_data()))
+                pipe.expire(keys.jobs, self.retention_s)
+                self._announce(pipe, keys, [end])
+            pipe.zrem(user.active, *session_ids)
+
+        if session_ids:
+            await self.pipeline(build)
 
     def _announce(self, pipe: Any, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """The notices of a session's jobs, after the commands that made them pending."""
@@ -942,6 +980,10 @@ class RedisStore:
         raw: Any = await self.bounded(lambda: self.client.hgetall(keys.meta))
         return {k.decode(): v.decode() for k, v in raw.items()}
 
+    async def leave_active(self, user: UserKeys, session_id: str) -> None:
+        """An ended session leaves its user's active index (a new turn brings it back)."""
+        await self.bounded(lambda: self.client.zrem(user.active, session_id))
+
     async def end_session(self, keys: SessionKeys, now: float) -> bool:
         """Mark the session ended; False when it no longer exists (erased meanwhile)."""
         return bool(await self.bounded(lambda: self._end(keys=[keys.meta], args=[repr(now)])))
@@ -970,6 +1012,7 @@ class RedisStore:
 
         def build(pipe: Any) -> None:
             pipe.srem(user.sessions, session_id)
+            pipe.zrem(user.active, session_id)
             for entry in entries:
                 pipe.lrem(user.history, 0, entry)
             if entries:

@@ -229,7 +229,7 @@ def test_a_third_round_trip_ends_the_users_idle_sessions(
     time.sleep(0.5)
     trips.calls.clear()
     say(sdk(gateway, api_key, session_id + "-b", **user), "A new session of the same user.")
-    assert trips.calls == ["load_turn", "record", "enqueue"]
+    assert trips.calls == ["load_turn", "record", "end_sessions"]
     memory = Memory(gateway, api_key, session_id)
     assert memory.state()["pending_jobs"] == 1  # the end of the idle session
     assert _notices(redis_server, session_id) == {b"end:0-0:t0"}

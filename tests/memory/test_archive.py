@@ -114,3 +114,60 @@ def test_an_archive_larger_than_the_whole_cache_is_not_kept() -> None:
     assert len(cache) == 0 and cache.nbytes == 0
     cache.discard("huge")  # discarding what is not there is fine
     cache.resized("missing")
+
+
+# --- Bounded indexing (issue 22) --------------------------------------------------------
+
+
+def test_a_long_text_is_indexed_in_pieces_as_it_would_be_whole() -> None:
+    from collections import Counter
+
+    from gateway.memory import archive as archive_module
+    from gateway.memory.terms import stems, words
+
+    rng = np.random.default_rng(7)
+    text = " ".join(rng.choice([*WORDS, "cooking", "cooked", "Kate's"], size=20_000))
+    text = text.replace("tea ", "tea\n", 500)
+    assert len(text) > 4 * archive_module.PIECE_CHARS
+    indexed = archive_module.index_text(text)
+    found = stems(words(text))
+    assert indexed.terms == Counter(found)
+    assert indexed.length == len(found)
+    assert indexed.words == len(text.split())
+
+
+def test_distinct_terms_of_one_message_are_capped_most_frequent_first() -> None:
+    from gateway.memory import archive as archive_module
+    from gateway.memory.archive import MAX_TERMS, index_text
+
+    many = [f"w{i}x" for i in range(MAX_TERMS + 500)]
+    text = " ".join(["passport"] * 3 + many)
+    long = " ".join([text] * 8)
+    for indexed in (index_text(text), index_text(long)):  # whole, and in pieces
+        assert len(indexed.terms) == MAX_TERMS
+        assert "passport" in indexed.terms  # the most frequent, kept
+        assert "w0x" in indexed.terms and f"w{MAX_TERMS + 499}x" not in indexed.terms
+    assert len(long) > archive_module.PIECE_CHARS
+    archive = Archive("g")
+    archive.extend(messages([long]), [None])
+    assert len(archive.postings) == MAX_TERMS
+    assert archive.lengths[0] == 8 * (MAX_TERMS + 503)  # BM25's length: every term
+
+
+def test_words_longer_than_anyone_searches_for_are_not_indexed() -> None:
+    from gateway.memory.archive import index_text
+    from gateway.memory.terms import MAX_WORD_CHARS
+
+    letters = "q" * (MAX_WORD_CHARS + 1)
+    indexed = index_text(f"passport {letters} drawer {'z' * 100_000}")
+    assert set(indexed.terms) == {"passport", "drawer"}
+
+
+def test_truncating_a_long_message_cuts_its_postings() -> None:
+    long = " ".join(f"term{i}" for i in range(30_000))
+    archive = build(["passport in the drawer", long, "rent is due"])
+    archive.truncate(1)
+    fresh = build(["passport in the drawer"])
+    assert {t: p.tolist() for t, (p, _) in archive.postings.items()} == {
+        t: p.tolist() for t, (p, _) in fresh.postings.items()
+    }

@@ -87,6 +87,21 @@ def test_tool_call_fragments_are_merged_by_index() -> None:
     )
 
 
+def test_argument_fragments_are_joined_once_not_as_they_arrive() -> None:
+    """Appending each fragment to one string copies the whole string each time: 20,000
+    fragments of 100 bytes took 17 s of the event loop. They are kept apart instead."""
+    fragment = chunk({"tool_calls": [{"index": 0, "function": {"arguments": "x" * 10}}]})
+    acc = fold(
+        chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}),
+        *[fragment] * 1000,
+        chunk(finish="tool_calls"),
+    )
+    assert len(acc.tool_calls[0].arguments) == 1000  # not one string grown a thousand times
+    calls = acc.message().tool_calls
+    assert calls is not None
+    assert calls[0]["function"] == {"name": "f", "arguments": "x" * 10_000}
+
+
 def test_tool_calls_are_ordered_by_index_not_arrival() -> None:
     acc = fold(
         chunk({"tool_calls": [{"index": 1, "id": "second", "function": {"name": "b"}}]}),

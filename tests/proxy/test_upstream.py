@@ -12,9 +12,16 @@ import pytest
 from aiohttp import web
 
 from gateway.config import UpstreamConfig, UpstreamTimeouts
-from gateway.errors import InvalidRequest, UpstreamTimeout, UpstreamUnreachable
+from gateway.errors import InvalidRequest, UpstreamPoolFull, UpstreamTimeout, UpstreamUnreachable
 from gateway.proxy.upstream import Upstream, UpstreamStreamBroken
-from tests.proxy.local_upstream import RESET, LocalUpstream, Script, eventually, local_upstream
+from tests.proxy.local_upstream import (
+    RESET,
+    LocalUpstream,
+    Script,
+    eventually,
+    local_upstream,
+    ok,
+)
 
 
 def config(base_url: str, *, max_connections: int = 512, **timeouts: float) -> UpstreamConfig:
@@ -245,18 +252,25 @@ async def test_a_connection_dropped_before_the_headers_is_unreachable_and_not_re
     assert len(server.seen) == 2
 
 
-async def test_no_free_connection_in_time_is_a_connect_timeout(server: LocalUpstream) -> None:
+async def test_no_free_connection_in_time_is_pool_full(server: LocalUpstream) -> None:
     holding = Script(b"data: 1\n\n", 5.0)
     server.handler = holding
-    upstream = Upstream(config(server.base_url, max_connections=1, connect_s=0.1))
+    upstream = Upstream(config(server.base_url, max_connections=1, pool_s=0.1, connect_s=60))
     try:
         held = await upstream.open("GET", "/v1/models", headers=[], content=b"")
-        with pytest.raises(UpstreamTimeout, match="connecting"):
-            await upstream.open("GET", "/v1/models", headers=[], content=b"")
+        with pytest.raises(UpstreamPoolFull) as caught:
+            async with asyncio.timeout(10):  # pool_s, not connect_s, ends the wait
+                await upstream.open("GET", "/v1/models", headers=[], content=b"")
         await held.aclose()
+        # The slot is free again: the next request is served.
+        server.handler = ok
+        assert await fetch(upstream) == (200, b"ok")
     finally:
         await upstream.aclose()
-    assert len(server.seen) == 1
+    assert caught.value.status == 503
+    assert caught.value.code == "upstream_pool_full"
+    assert caught.value.response_headers()["retry-after"] == "1"
+    assert len(server.seen) == 2
 
 
 async def test_first_byte_timeout(server: LocalUpstream) -> None:

@@ -29,6 +29,11 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
     broken-summarizer  an invalid summary ("Certainly! Here's a poem: ...") for every kind
     slow-summarizer  fake-summarizer's answers, each after SLOW_SUMMARIZER_S seconds (a
                      summarization job kept in flight)
+    huge-answer      an answer of HUGE_ANSWER_BYTES (100 MB), streamed or not, made as sent
+    gzip-bomb        an answer of ~52 MB, gzipped to ~51 KB (Content-Encoding: gzip),
+                     streamed or not
+    endless-stream   content chunks of ENDLESS_CHUNK_CHARS, one after another, until the
+                     caller leaves (never a finish_reason)
 
 Every chat call is in ``in_flight`` until its response has ended; one that ended before
 its answer did (the gateway went away, or the stream was cut) is in ``disconnects``.
@@ -37,12 +42,14 @@ its answer did (the gateway went away, or the stream was cut) is in ``disconnect
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import itertools
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -90,6 +97,49 @@ _INJECTED = {
     "sse-huge-line": b"data: " + b"x" * (3 << 20) + b"\n\n",
 }
 BIG_WORD = "w" * (512 << 10)
+HUGE_ANSWER_BYTES = 100 * 1000 * 1000
+BOMB_DECODED_BYTES = 52 * 1000 * 1000
+ENDLESS_CHUNK_CHARS = 4096
+# Events of answers too big to hold: made (or, for the bomb, compressed) as they are sent.
+_BIG_EVENT_CHARS = 64 * 1024
+_COMPLETION_HEAD = b'{"id":"chatcmpl-big","object":"chat.completion","created":0,"model":"m",'
+_COMPLETION_HEAD += b'"choices":[{"index":0,"message":{"role":"assistant","content":"'
+_COMPLETION_TAIL = b'"},"finish_reason":"stop"}]}'
+
+
+def _content_event(text: str, finish: str | None = None) -> bytes:
+    delta = {"content": text} if text else {}
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    data = {"id": "chatcmpl-big", "object": "chat.completion.chunk", "created": 0,
+            "model": "m", "choices": [choice]}  # fmt: skip
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+def _big_answer(
+    total: int, *, stream: bool, word: str = "lorem ipsum dolor sit amet "
+) -> Iterator[bytes]:
+    """An answer of about ``total`` bytes, one block at a time (never held whole)."""
+    block = (word * (_BIG_EVENT_CHARS // len(word) + 1))[:_BIG_EVENT_CHARS]
+    if not stream:
+        yield _COMPLETION_HEAD
+        for _ in range(total // len(block)):
+            yield block.encode()
+        yield _COMPLETION_TAIL
+        return
+    event = _content_event(block)
+    for _ in range(total // len(event)):
+        yield event
+    yield _content_event("", "stop")
+    yield b"data: [DONE]\n\n"
+
+
+@functools.cache
+def gzip_bomb(stream: bool) -> bytes:
+    """~52 MB of answer gzipped to ~51 KB (compressed once, block by block)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    answer = _big_answer(BOMB_DECODED_BYTES, stream=stream, word="a")
+    packed = [packer.compress(part) for part in answer]
+    return b"".join(packed) + packer.flush()
 
 
 class _Tracked:
@@ -277,6 +327,8 @@ class FakeUpstream:
                 pass
         if model == "slow-summarizer":
             await asyncio.sleep(SLOW_SUMMARIZER_S)
+        if model in ("huge-answer", "gzip-bomb", "endless-stream"):
+            return self._oversized(call, model, stream=bool(body.get("stream")))
         answer, tool_calls = reply_to(messages, model)
         if model == "sse-big-chunk":
             answer = f"{answer} {BIG_WORD}"
@@ -374,6 +426,30 @@ class FakeUpstream:
             yield b"data: [DONE]\n\n"
         call.finished = True
         self.completed_streams += 1
+
+    def _oversized(self, call: ChatCall, model: str, *, stream: bool) -> Response:
+        """The answers no gateway should hold whole: made as they are sent."""
+        media_type = "text/event-stream" if stream else "application/json"
+        if model == "gzip-bomb":
+            call.finished = True  # all of it fits in one write
+            return Response(
+                gzip_bomb(stream), media_type=media_type, headers={"content-encoding": "gzip"}
+            )
+
+        async def body() -> AsyncIterator[bytes]:
+            if model == "endless-stream":
+                words = itertools.cycle(("alpha ", "beta ", "gamma ", "delta "))
+                yield _content_event("")
+                while True:
+                    text = "".join(itertools.islice(words, ENDLESS_CHUNK_CHARS // 6))
+                    yield _content_event(text)
+                    await asyncio.sleep(0)  # the caller's leaving is noticed between chunks
+            for part in _big_answer(HUGE_ANSWER_BYTES, stream=stream):
+                yield part
+                await asyncio.sleep(0)
+            call.finished = True
+
+        return StreamingResponse(body(), media_type=media_type)
 
 
 async def _late_in_one_write(parts: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

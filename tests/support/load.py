@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -66,11 +67,16 @@ class Answer:
 
 @dataclass
 class Load:
-    """Concurrent single-message clients, one session each, until stopped."""
+    """Concurrent single-message clients, one session each, until stopped.
+
+    Streamed (``stream=True``), an answer counts as acknowledged (``memory == "ok"``) only
+    when its stream ended with ``[DONE]``; otherwise ``memory`` is "degraded" when the
+    header said so, else "unacknowledged"."""
 
     gateway: ServerThread
     key: str
     clients: int
+    stream: bool = False
     answers: list[Answer] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -89,15 +95,24 @@ class Load:
                 body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
                 sent = time.monotonic()
                 try:
-                    response = http.post("/v1/chat/completions", json=body)
+                    status, memory = (self._streamed if self.stream else self._whole)(http, body)
                 except httpx.HTTPError:
                     status, memory = -1, ""  # no answer at all: counted as a failure
-                else:
-                    status, memory = (
-                        response.status_code,
-                        response.headers.get("x-memory-status", ""),
-                    )
                 self.answers.append(Answer(client, text, status, memory, sent, time.monotonic()))
+
+    @staticmethod
+    def _whole(http: httpx.Client, body: dict[str, Any]) -> tuple[int, str]:
+        response = http.post("/v1/chat/completions", json=body)
+        return response.status_code, response.headers.get("x-memory-status", "")
+
+    @staticmethod
+    def _streamed(http: httpx.Client, body: dict[str, Any]) -> tuple[int, str]:
+        with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+            lines = [line for line in r.iter_lines() if line.startswith("data:")]
+        header = r.headers.get("x-memory-status", "")
+        if header == "ok":
+            header = "ok" if lines and lines[-1] == "data: [DONE]" else "unacknowledged"
+        return r.status_code, header
 
     def __enter__(self) -> Load:
         self._threads = [
