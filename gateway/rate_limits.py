@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WINDOW_S = 60
+# How long a refusal is repeated locally (see RateLimiter._refused): short beside any
+# Retry-After the gateway sends (at least 1 s), so a slot freed meanwhile is soon seen.
+REFUSAL_MEMO_S = 0.25
+REFUSALS_KEPT = 10_000
 # The name a gateway key's tenant has (``Authenticator._gateway_key``), before its name.
 _GATEWAY_TENANT = "\x00gateway-tenant:"
 # Paths whose requests count: the proxied API and the memory API.
@@ -323,6 +327,10 @@ class RateLimiter:
         self.fail_closed = fail_closed
         self.clock = clock
         self._releasing: set[asyncio.Task[None]] = set()
+        # Callers refused a moment ago, refused again without asking Redis until then: a
+        # client hammering past its limit (reconnecting after every 429) costs one dict
+        # lookup a request, not a round trip. (scopes' prefixes -> until, the refusal.)
+        self._refused: dict[tuple[str, ...], tuple[float, tuple[int, int, int, int]]] = {}
 
     async def admit(self, caller: Caller) -> Lease | None:
         """A lease for the request (None: nothing limits this caller, or Redis is down and
@@ -332,6 +340,13 @@ class RateLimiter:
             return None
         now = self.clock()
         window, elapsed = window_of(now)
+        who = tuple(scope.prefix for scope in scopes)
+        refused = self._refused.get(who)
+        if refused is not None:
+            if now < refused[0]:
+                at, kind, previous, current = refused[1]
+                raise refusal(scopes[at], kind, previous, current, elapsed)
+            del self._refused[who]
         lease = Lease(scopes, os.urandom(8).hex())
         keys: list[str] = []
         limits: list[int] = []
@@ -361,7 +376,11 @@ class RateLimiter:
         if int(reply[0]) < 0:
             return lease
         at, kind, previous, current = (int(v) for v in reply[:4])
-        raise refusal(scopes[at], kind, previous, current, elapsed)
+        refused_now = refusal(scopes[at], kind, previous, current, elapsed)
+        if len(self._refused) >= REFUSALS_KEPT:
+            self._refused.clear()  # (a burst of distinct callers: start again)
+        self._refused[who] = (now + REFUSAL_MEMO_S, (at, kind, previous, current))
+        raise refused_now
 
     async def _run(self, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
         (reply,) = await self.store.send([("EVALSHA", _ADMIT_SHA, len(keys), *keys, *args)])
@@ -378,6 +397,7 @@ class RateLimiter:
         task.add_done_callback(self._releasing.discard)
 
     async def _release(self, lease: Lease) -> None:
+        self._refused.pop(tuple(scope.prefix for scope in lease.scopes), None)  # a slot is free
         tokens = lease.tokens + sum(count() for count in lease.pending)
         window, _ = window_of(self.clock())
         commands: list[tuple[Any, ...]] = []

@@ -59,6 +59,8 @@ _QUERY_SAFE = bytes(range(0x21, 0x7F))
 # Decoded bytes made at most per step: a compressed chunk of a few KB may inflate a
 # thousandfold (a gzip bomb), so it is inflated in pieces, each counted before the next.
 _DECODED_PIECE = 1 << 16
+# Bytes relayed before the other requests get their turn on the loop (see iter_body).
+_UNBROKEN_BYTES = 1 << 16
 
 
 # Parsed once per URL: the chat path is every request's (yarl's parse is ~1% of a
@@ -205,7 +207,7 @@ async def _inflated(pieces: Iterator[bytes]) -> tuple[list[bytes], Exception | N
             if size >= offload.HEAVY_CHARS:
                 return await offload.off_loop(_drained, pieces, out)
     except (UpstreamResponseTooLarge, zlib.error) as error:
-        return out, error
+        return out, error.with_traceback(None)
     return out, None
 
 
@@ -213,7 +215,9 @@ def _drained(pieces: Iterator[bytes], out: list[bytes]) -> tuple[list[bytes], Ex
     try:
         out.extend(pieces)
     except (UpstreamResponseTooLarge, zlib.error) as error:
-        return out, error
+        # Without its traceback: the frames in it hold ``out``, tens of MB, which would
+        # then live as long as the error (and, in a cycle, until a full collection).
+        return out, error.with_traceback(None)
     return out, None
 
 
@@ -378,14 +382,24 @@ class UpstreamResponse:
         event_stream = "text/event-stream" in headers.get("content-type", "").lower()
         events = _WholeEvents() if decoded and event_stream else None
         content = self._response.content
+        unbroken = 0  # bytes taken since the loop last ran anything else
         while True:
             try:
                 # What has arrived is taken without a timer (~6 µs each: a fast upstream
                 # sends a whole answer at once); only a wait for more is bounded.
-                chunk = content.read_nowait()
+                chunk = content.read_nowait(_UNBROKEN_BYTES)
                 if not chunk and not content.is_eof():
+                    unbroken = 0
                     async with asyncio.timeout(self._idle_s):
                         chunk = await content.readany()
+                elif unbroken > _UNBROKEN_BYTES:
+                    # An upstream that always has more (and a client that takes it all)
+                    # would keep this task running, and every other request waiting, for
+                    # as long as the answer lasts: 120 ms at a time for a 100 MB one. In
+                    # pieces of this size, a request waits at most ~1 ms for each turn.
+                    unbroken = 0
+                    await asyncio.sleep(0)
+                unbroken += len(chunk)
             except TimeoutError:
                 raise UpstreamStreamBroken(
                     f"upstream sent nothing for {self._idle_s:g} s", timeout=True
@@ -408,7 +422,15 @@ class UpstreamResponse:
                             continue
                     yield piece
                 if failure is not None:
-                    raise failure
+                    # Raised from here, the error's traceback holds this frame: not the
+                    # decoded answer (tens of MB), nor the error itself (a cycle, freed
+                    # only by a full collection, rare in a serving process).
+                    too_much, failure = failure, None
+                    del pieces, decoding
+                    try:
+                        raise too_much
+                    finally:
+                        del too_much
             except zlib.error as error:
                 raise UpstreamStreamBroken(
                     f"upstream stream broke: {type(error).__name__}", timeout=False

@@ -70,6 +70,23 @@ _NOT_STORED_EVENT = sse_error_event(
 )
 
 
+def _kept(answer: Message, limit: int) -> Message:
+    """The answer as memory keeps it: its text cut at the size a client's message may
+    have. An answer may be up to ``upstream.max_response_bytes``; stored whole, one
+    would make the record script copy tens of MB while Redis serves no one else, to keep
+    text no context budget could ever send again."""
+    text = answer.content
+    if not isinstance(text, str) or len(text) <= limit // 4:  # (at most 4 bytes a char)
+        return answer
+    head = text[:limit]  # (``limit`` bytes take at most as many characters)
+    raw = head.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit and len(head) == len(text):
+        return answer
+    cut = raw[: limit - 128].decode("utf-8", "ignore")  # room for the note
+    note = f"\n[… this answer was cut at {len(cut):,} of its {len(text):,} characters]"
+    return Message(role=answer.role, content=cut + note, tool_calls=answer.tool_calls)
+
+
 def _unanswered(memory_headers: dict[str, str]) -> dict[str, str]:
     return {**memory_headers, "x-memory-status": NOT_RECORDED}
 
@@ -322,6 +339,7 @@ class ChatCompletions:
 
     async def _record(self, turn: Turn, answer: Message) -> bool:
         """Record the turn whole: shielded, so a disconnect cannot cut it half-way."""
+        answer = _kept(answer, self.settings.server.max_message_bytes)
         task = asyncio.ensure_future(self._record_now(turn, answer))
         self._recordings.add(task)
         task.add_done_callback(self._recordings.discard)

@@ -17,7 +17,7 @@ import pytest
 from gateway.auth import Caller, key_id
 from gateway.config import parse_settings
 from gateway.errors import TooManyRequests
-from gateway.rate_limits import LimitPolicy, RateLimiter
+from gateway.rate_limits import REFUSAL_MEMO_S, LimitPolicy, RateLimiter
 from gateway.store.redis_store import RedisStore
 from tests.integration.conftest import USED_KEYS, GatewayFactory
 from tests.support.fake_upstream import FakeUpstream
@@ -138,6 +138,31 @@ async def test_a_refused_request_is_not_counted(store: RedisStore) -> None:
             await limiter.admit(caller)
     await limiter._release(lease)
     assert await limiter.admit(caller) is not None  # the second of the minute
+
+
+async def test_a_caller_refused_a_moment_ago_is_refused_without_a_round_trip(
+    store: RedisStore,
+) -> None:
+    clock = Clock(2500 * 60.0)
+    limiter, caller = _limiter(store, clock, concurrent=1)
+    sent = 0
+    send = store.send
+
+    async def counted(commands: Any) -> Any:
+        nonlocal sent
+        sent += 1
+        return await send(commands)
+
+    store.send = counted  # type: ignore[method-assign]
+    assert await limiter.admit(caller) is not None
+    for _ in range(5):
+        with pytest.raises(TooManyRequests):
+            await limiter.admit(caller)
+    assert sent == 2  # the admission and the first refusal; the rest were local
+    clock.now += REFUSAL_MEMO_S
+    with pytest.raises(TooManyRequests):
+        await limiter.admit(caller)
+    assert sent == 3  # the refusal is asked again once its moment has passed
 
 
 async def test_a_crashed_processs_lease_lapses(store: RedisStore) -> None:

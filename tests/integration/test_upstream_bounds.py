@@ -266,3 +266,28 @@ def _eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_longer_than_a_message_may_be_is_stored_cut(
+    make_gateway: GatewayFactory,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+    stream: bool,
+) -> None:
+    # The fake upstream's "sse-big-chunk" answer ends with a 512 KiB word.
+    gateway = make_gateway(server={"max_message_bytes": 64 * 1024})
+    response = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json=chat_body("sse-big-chunk", stream=stream),
+        headers=headers(api_key, session_id),
+        timeout=30,
+    )
+    assert response.status_code == 200
+    assert len(response.content) > 512 * 1024  # the client got the whole answer
+    stored = stored_log(redis_server, api_key, session_id)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    kept = stored[1]["content"]
+    assert len(kept.encode()) <= 64 * 1024
+    assert kept.startswith("ack") and kept.endswith("characters]")
