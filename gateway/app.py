@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 from gateway.auth import Authenticator, KeyRegistry
 from gateway.auth import watch as watch_keys
 from gateway.config import Settings
+from gateway.cors import cors_middleware
 from gateway.embedder import StaticEmbedder
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
 from gateway.memory.archive import ArchiveCache
@@ -149,7 +150,13 @@ def create_app(
     # One set of session archives in memory for the proxy and the memory API.
     archives: ArchiveCache[SessionKeys] = ArchiveCache(settings.memory.archive_cache_mb * 2**20)
     memory = MemoryService(
-        store, tokenizer, settings.memory, embedder, vectors=vectors, archives=archives
+        store,
+        tokenizer,
+        settings.memory,
+        embedder,
+        vectors=vectors,
+        archives=archives,
+        models=settings.models,
     )
     chat = ChatCompletions(
         settings, upstream=upstream, memory=memory, auth=auth, passthrough=passthrough
@@ -157,7 +164,13 @@ def create_app(
     # The memory API is an operator's tool, not the request path: it uses the jobs'
     # store, whose deadline is seconds, not the proxy's 100 ms.
     api_memory = MemoryService(
-        runner.store, tokenizer, settings.memory, embedder, vectors=vectors, archives=archives
+        runner.store,
+        tokenizer,
+        settings.memory,
+        embedder,
+        vectors=vectors,
+        archives=archives,
+        models=settings.models,
     )
     operations = SessionOperations(api_memory, runner)
     memory_api = MemoryAPI(
@@ -207,10 +220,12 @@ def create_app(
                 if keys_task is not None:
                     await keys_task
 
+    health = Health(store)
     routes = [
         Route("/v1/chat/completions", chat.handle, methods=["POST"]),
         Route("/v1/{path:path}", passthrough.handle, methods=ALL_METHODS),
-        Route("/healthz", Health(store).handle, methods=["GET"]),
+        Route("/healthz", health.handle, methods=["GET"]),
+        Route("/readyz", health.ready, methods=["GET"]),
         Route("/openapi.json", serve_openapi, methods=["GET"]),
         *memory_api.routes(),
     ]
@@ -226,6 +241,10 @@ def create_app(
     # Rate limits (``limits``): not installed at all when none is configured.
     limiter = rate_limiter(settings, store)
     middleware = []
+    if settings.server.cors.allow_origins:
+        # Outside the rate limits: a browser's preflight is answered here, never counted
+        # or sent upstream.
+        middleware.append(cors_middleware(settings.server.cors))
     if limiter is not None:
         middleware.append(Middleware(RateLimitMiddleware, limiter=limiter, auth=auth))
     return _Gateway(

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import importlib.metadata
 import logging
 import logging.config
 import os
@@ -187,8 +188,16 @@ async def _work(settings: Settings) -> None:
         await clients.aclose()
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("memory-gateway")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree not installed
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memory-gateway", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", default="config/gateway.yaml", help="YAML configuration file")
@@ -204,6 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.add_argument("--config", default="config/gateway.yaml", help="YAML configuration file")
     check = commands.add_parser("check-config", help="validate a configuration file and exit")
     check.add_argument("file")
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also reach Redis (PING) and the upstream (GET /models); exit 1 if one fails",
+    )
     operator_commands.add_commands(commands)  # import, export, inspect, sessions
     args = parser.parse_args(argv)
     if args.command in operator_commands.COMMANDS:
@@ -218,7 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check-config":
         redis = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", settings.redis.url)  # no password
         print(f"{path}: OK (preset {settings.memory.preset}, redis {redis})")
-        return 0
+        if not args.connect:
+            return 0
+        from gateway.commands.connect import connection_checks  # httpx: only when asked
+
+        checks = connection_checks(settings)
+        for result in checks:
+            print(result.line())
+        return 0 if all(result.ok for result in checks) else 1
 
     # server.log_format: JSON lines (or text) on stderr, each with the request's id.
     logging.config.dictConfig(logging_config(settings.server.log_level, settings.server.log_format))

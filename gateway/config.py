@@ -25,6 +25,39 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class CorsConfig(_Section):
+    """server.cors (issue 23): browser apps calling the gateway from other origins.
+
+    No origins (the default): no CORS headers at all. With origins, the gateway answers
+    a preflight OPTIONS itself (never the upstream) and names an allowed origin on its
+    answers, exposing the X-Memory-* headers to the page's script.
+    """
+
+    # Exact origins ("https://app.example.com"), or ["*"] for any (not with credentials).
+    allow_origins: list[str] = []
+    allow_methods: list[str] = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    # "*": whatever headers the preflight asks for (the SDKs send their own x-stainless-*).
+    allow_headers: list[str] = ["*"]
+    # Cookies and HTTP auth; an API key in an Authorization header set by script does
+    # not need them.
+    allow_credentials: bool = False
+    expose_headers: list[str] = [
+        "X-Memory-Status", "X-Memory-Receipt", "X-Memory-Context-Tokens", "X-Session-Id",
+        "X-Gateway-Request-Id", "Retry-After",
+    ]  # fmt: skip
+    max_age_s: int = Field(default=600, ge=0)
+
+    @model_validator(mode="after")
+    def _check_origins(self) -> CorsConfig:
+        if "*" in self.allow_origins and self.allow_credentials:
+            # Any site could then act with the user's cookies: name the origins instead.
+            raise ValueError('allow_origins "*" cannot go with allow_credentials: true')
+        for origin in self.allow_origins:
+            if origin != "*" and not re.match(r"^https?://[^/]+$", origin):
+                raise ValueError(f"allow_origins: {origin!r} is not an origin (scheme://host)")
+        return self
+
+
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -68,6 +101,8 @@ class ServerConfig(_Section):
     # Connections one client address may hold open at once (IPv6: one /64), per process;
     # past it a new one gets 429 and is closed. 0: no cap. trusted_proxies are exempt.
     max_connections_per_client: int = Field(default=256, ge=0)
+    # Cross-origin browser requests (issue 23): see CorsConfig.
+    cors: CorsConfig = CorsConfig()
 
 
 class UpstreamTimeouts(_Section):
@@ -549,6 +584,24 @@ class UIConfig(_Section):
         return self
 
 
+class ModelLimits(_Section):
+    """One ``models:`` entry (issue 23, model-aware budgets): what a model can take, so
+    that a request's budget is never more than its window minus room for the answer."""
+
+    match: str = Field(min_length=1)  # a model name or glob pattern (fnmatch, any case)
+    context_tokens: int = Field(gt=0)  # the model's context window
+    # Kept free for the answer; None: the request's max_tokens, else min(512, window / 4).
+    output_reserve_tokens: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _room_left(self) -> ModelLimits:
+        if self.output_reserve_tokens is not None and (
+            self.output_reserve_tokens >= self.context_tokens
+        ):
+            raise ValueError("output_reserve_tokens must be less than context_tokens")
+        return self
+
+
 class Settings(_Section):
     """The whole configuration file."""
 
@@ -561,6 +614,8 @@ class Settings(_Section):
     ui: UIConfig = UIConfig()
     auth: AuthConfig = AuthConfig()
     limits: LimitsConfig = LimitsConfig()  # rate limits (issue 22 part D)
+    # Models' context windows, first match wins (issue 23): none known by default.
+    models: list[ModelLimits] = []
 
     @model_validator(mode="after")
     def _operator_key_needs_gateway_keys(self) -> Settings:

@@ -100,12 +100,32 @@ STREAM_ERRORS = Counter(
     ["code"],
     registry=REGISTRY,
 )
+# Requests sent again within a smaller budget after the upstream refused their context as
+# longer than the model's window (issue 23): many of them say a ``models:`` entry is due.
+CONTEXT_RETRIES = Counter(
+    "memory_gateway_context_retries",
+    "Requests retried once with a smaller context after the upstream's context_length_exceeded",
+    registry=REGISTRY,
+)
 JOBS_FAILED = Counter(
     "memory_gateway_jobs_failed",
     "Summary jobs that did not run to a result, by reason",
     ["reason"],
     registry=REGISTRY,
 )
+# Every question put to the summarizer's model, by what came of it: "ok" (its answer
+# was used), "rejected" (it answered, summary_rules refused the answer), "failed" (the
+# call failed or timed out), "fallback" (no model configured). All but "ok" end in the
+# model-free summary, which a small model can make the usual case: this shows it.
+SUMMARIES = Counter(
+    "memory_gateway_summaries",
+    "Summarizer model questions by outcome (ok, rejected, failed, fallback)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+SUMMARY_OUTCOMES = ("ok", "rejected", "failed", "fallback")
+for _outcome in SUMMARY_OUTCOMES:  # each shown from the start, at 0: a rate needs a series
+    SUMMARIES.labels(_outcome)
 
 # Child objects by label values: ``labels()`` validates and locks on every call, a dict
 # lookup does not. The label values are bounded, so are these.
@@ -128,8 +148,16 @@ def stream_error(code: str) -> None:
     _child(STREAM_ERRORS, code).inc()
 
 
+def context_retry() -> None:
+    CONTEXT_RETRIES.inc()
+
+
 def job_failed(reason: str) -> None:
     _child(JOBS_FAILED, reason).inc()
+
+
+def summary_outcome(outcome: str) -> None:
+    _child(SUMMARIES, outcome).inc()
 
 
 # --- Redis calls ---

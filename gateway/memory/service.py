@@ -24,6 +24,7 @@ from gateway.memory.archive import Archive, ArchiveCache, Indexed, index_message
 from gateway.memory.assemble import Context, Recalled, assemble, window_units
 from gateway.memory.jobs import Job, schedule
 from gateway.memory.model import Message, Pin, SessionState, Tiers
+from gateway.memory.model_budget import ModelEntry, entry_for, model_budget
 from gateway.memory.recent import Recent, RecentSet
 from gateway.memory.reconcile import Reconciled, reconcile
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
@@ -152,11 +153,13 @@ class MemoryService:
         *,
         vectors: StaticEmbedder | None = None,
         archives: ArchiveCache[SessionKeys] | None = None,
+        models: Sequence[ModelEntry] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.counter = counter
         self.config = config
+        self.models = models  # ``models:``: each model's window bounds its requests' budget
         self.composition: Composition = config.composition
         self.embedder = embedder  # the optional /v1/embeddings reranker
         tier = self.composition.recall
@@ -193,8 +196,19 @@ class MemoryService:
         tokenizing a megabyte takes from a tenth of a second to seconds)."""
         return await offload.sized(uncounted_chars(messages), self._counted, messages, model, {})
 
-    async def prepare(self, identity: Identity, messages: tuple[Message, ...], model: str) -> Turn:
-        """Load the session and plan the context (raises ``StoreUnavailable``).
+    async def prepare(
+        self,
+        identity: Identity,
+        messages: tuple[Message, ...],
+        model: str,
+        *,
+        requested_output: int | None = None,
+        budget_tokens: int | None = None,
+    ) -> Turn:
+        """Load the session and plan the context (raises ``StoreUnavailable``), within
+        ``budget_tokens`` when given (a retry's), else the smaller of
+        ``memory.budget_tokens`` and what the model can take with room for an answer of
+        ``requested_output`` tokens (``model_budget``).
 
         One round trip, usually: the load brings what was appended to the session since
         this process last read it (recall searches the archive it holds in memory), and
@@ -247,7 +261,9 @@ class MemoryService:
             tiers=state.tiers,
             pins=state.pins,
             composition=composition,
-            budget_tokens=self.config.budget_tokens,
+            budget_tokens=self.budget_for(model, requested_output)
+            if budget_tokens is None
+            else budget_tokens,
             memory_role=self.config.memory_role,
             count=self.counter.for_model(model),
             recalled=recalled,
@@ -256,6 +272,14 @@ class MemoryService:
         )
         sent = tokens_sent(messages, plan)
         return Turn(keys, identity, state, plan, context, model, messages, sent)
+
+    def budget_for(self, model: str, requested_output: int | None = None) -> int:
+        """A request's budget: ``memory.budget_tokens``, or less for a model whose
+        ``models:`` entry says its window is smaller."""
+        if not self.models:
+            return self.config.budget_tokens
+        entry = entry_for(model, self.models)
+        return model_budget(self.config.budget_tokens, entry, requested_output)
 
     def _known(self, keys: SessionKeys) -> Known | None:
         held = self.archives.get(keys)

@@ -72,7 +72,8 @@ picked within the same limits as the model's output, and printed in their origin
 Among equals the newest wins, so a fold or compress that must cut keeps the newest content.
 
 Pure except for ``await self.model.complete(...)`` (and log lines that name a kind and a
-reason, never content): no clock, no randomness.
+reason, never content, and a count of each question's outcome in the metrics): no
+clock, no randomness.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway import metrics
 from gateway.memory.extract import (
     USER_BONUS,
     fallback_chunk,
@@ -311,6 +313,7 @@ class Summarizer:
     async def _ask(self, kind: str, system: str, prompt: str, *, max_tokens: int) -> str | None:
         """The model's cleaned answer, or None when it is unavailable (or not configured)."""
         if self.model is None:
+            metrics.summary_outcome("fallback")
             return None
         messages = [
             {"role": "system", "content": f"{marker(kind)}\n{system}"},
@@ -320,12 +323,14 @@ class Summarizer:
             answer = await self.model.complete(messages, max_tokens=max_tokens)
         except SummarizerUnavailable as error:
             log.warning("summarizer %s: model unavailable (%s); using the fallback", kind, error)
+            metrics.summary_outcome("failed")
             return None
         return clean(answer)
 
     @staticmethod
     def _rejected(kind: str, problem: str) -> None:
         log.info("summarizer %s: rejected the answer (%s); using the fallback", kind, problem)
+        metrics.summary_outcome("rejected")
 
     async def _summary(
         self, kind: str, system: str, prompt: str, source: str, limits: Limits, max_tokens: int
@@ -340,6 +345,7 @@ class Summarizer:
         if problem is not None:
             self._rejected(kind, problem)
             return None
+        metrics.summary_outcome("ok")
         return text
 
     async def chunk(self, messages: Sequence[Message]) -> Written:
@@ -421,6 +427,7 @@ class Summarizer:
         if problem is not None:
             self._rejected(kind, problem)
             return None
+        metrics.summary_outcome("ok")
         return text
 
     async def fold(
@@ -467,6 +474,7 @@ class Summarizer:
         if text is not None:
             pair = parse_key_qa(text, f"{question}\n{answer}")
             if pair is not None:
+                metrics.summary_outcome("ok")
                 return pair, False
             self._rejected("key-qa", "not a valid key pair")
         return fallback_key_qa(question, answer), True
@@ -482,6 +490,7 @@ class Summarizer:
         if text is not None:
             found = parse_facts(text, rendered, limit)
             if found is not None:
+                metrics.summary_outcome("ok")
                 return found, False
             self._rejected("facts", "not a valid list of facts")
         return fallback_facts(messages, limit), True

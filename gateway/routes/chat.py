@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from starlette.requests import Request
@@ -32,6 +32,12 @@ from gateway.errors import (
 )
 from gateway.identity import Identity, MemoryMode, header_id, memory_mode
 from gateway.memory.model import Message
+from gateway.memory.model_budget import (
+    Ceilings,
+    context_overflow,
+    requested_output,
+    retry_budget,
+)
 from gateway.memory.service import MemoryService, Turn
 from gateway.proxy.accumulate import message_from_completion
 from gateway.proxy.answer_tokens import note_tokens_out
@@ -108,6 +114,8 @@ class ChatCompletions:
         self.auth = auth
         self.passthrough = passthrough
         self.clock = clock
+        # Budgets that fitted models after their refusals (``_fitted``).
+        self.ceilings = Ceilings()
         # Recording tasks run to completion even if their request is cancelled.
         self._recordings: set[asyncio.Task[bool]] = set()
 
@@ -143,7 +151,12 @@ class ChatCompletions:
             identity = Identity(
                 caller.tenant, session_id, user_id, mode, caller.quota_bytes, caller.users
             )
-            turn = await self.memory.prepare(identity, chat.messages, chat.model)
+            # The model's budget, or less when it refused a larger context lately.
+            budget = self.memory.budget_for(chat.model, requested_output(chat.body))
+            budget = self.ceilings.bound(chat.model, budget, self.clock())
+            turn = await self.memory.prepare(
+                identity, chat.messages, chat.model, budget_tokens=budget
+            )
         except StoreUnavailable as error:
             if self.settings.redis.on_failure == "closed":
                 raise MemoryUnavailable(
@@ -164,34 +177,25 @@ class ChatCompletions:
     async def _forward(
         self, request: Request, chat: ChatRequest, turn: Turn, caller: Caller
     ) -> Response:
-        receipt = turn.context.receipt
-        content = codec.dumps({**chat.body, "messages": turn.context.openai_messages()})
         headers = request_headers(
             request.headers.items(),
             api_key=caller.upstream_key,
             strip_gateway_headers=True,
             identity_encoding=True,
         )
-        opening = self.upstream.open(
-            "POST",
-            request.scope["path"],  # not request.url: building it is ~2% of a request
-            query=request.scope.get("query_string", b""),
-            headers=headers,
-            content=content,
-        )
-        memory_headers = {
-            "x-memory-status": "ok",
-            "x-memory-context-tokens": str(receipt.total_tokens),
-            "x-memory-receipt": receipt.header(),
-        }
+
+        def send(turn: Turn) -> Awaitable[UpstreamResponse]:
+            content = codec.dumps({**chat.body, "messages": turn.context.openai_messages()})
+            return self.upstream.open(
+                "POST",
+                request.scope["path"],  # not request.url: building it is ~2% of a request
+                query=request.scope.get("query_string", b""),
+                headers=headers,
+                content=content,
+            )
+
+        opening = self._fitted(send, turn, requested_output(chat.body))
         record = turn.identity.mode is MemoryMode.ON
-        metrics.tokens(turn.client_tokens, receipt.total_tokens)
-        request_log.note(
-            tokens_in=turn.client_tokens,
-            tokens_context=receipt.total_tokens,
-            tiers=receipt.tiers,
-            recalled=len(receipt.recalled),
-        )
         timer = metrics.timer(request.scope)
         timer.upstream_sent()
         try:
@@ -200,8 +204,6 @@ class ChatCompletions:
                     request.receive,
                     self._complete(
                         opening,
-                        turn,
-                        memory_headers,
                         record,
                         timer,
                         lambda ok: (self.auth.accepted if ok else self.auth.refused)(
@@ -209,10 +211,14 @@ class ChatCompletions:
                         ),
                     ),
                 )
-            upstream = await unless_client_leaves(request.receive, opening)
+            sent = await unless_client_leaves(request.receive, opening)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
+        upstream, turn = sent.upstream, sent.turn
+        memory_headers = _memory_headers(turn)
         timer.upstream_answered()
+        if sent.refusal is not None:
+            return _refused(sent, memory_headers)
         if upstream.status_code == 200:
             self.auth.accepted(request.headers)
         elif upstream.status_code == 401:
@@ -236,24 +242,18 @@ class ChatCompletions:
 
     async def _complete(
         self,
-        opening: Awaitable[UpstreamResponse],
-        turn: Turn,
-        memory_headers: dict[str, str],
+        opening: Awaitable[_Sent],
         record: bool,
         timer: metrics.RequestTimer,
         accepted: Callable[[bool], None],
     ) -> Response:
-        upstream = await opening
-        try:
-            raw = await upstream.read()
-        except UpstreamResponseTooLarge as error:
-            raise UpstreamError(str(error), code=error.code) from None
-        except UpstreamStreamBroken as error:
-            if error.timeout:
-                raise UpstreamTimeout(str(error)) from None
-            raise UpstreamUnreachable(str(error)) from None
-        finally:
-            await close_quietly(upstream)
+        sent = await opening
+        upstream, turn = sent.upstream, sent.turn
+        memory_headers = _memory_headers(turn)
+        if sent.refusal is not None:
+            timer.upstream_answered()
+            return _refused(sent, memory_headers)
+        raw = await _read_whole(upstream)
         timer.upstream_answered()  # the whole answer: it is relayed only once read
         # "ok" only for an answer recorded (or, in read mode, not meant to be).
         headers = _unanswered(memory_headers)
@@ -275,6 +275,48 @@ class ChatCompletions:
         response.raw_headers = raw_headers(upstream, decoded=True, extra=headers)
         response.headers["content-length"] = str(len(raw))  # the decoded body's length
         return response
+
+    async def _fitted(
+        self,
+        send: Callable[[Turn], Awaitable[UpstreamResponse]],
+        turn: Turn,
+        requested: int | None,
+    ) -> _Sent:
+        """The upstream's answer to ``turn``'s context; when it refuses that context as
+        longer than the model's window, to one planned again within a budget that fits
+        (``model_budget.retry_budget``): once, never for any other answer. Without this,
+        a session that outgrew a small model (the default 3,000-token budget against
+        llama.cpp's 2,048) would be refused on every turn from then on."""
+        upstream = await send(turn)
+        if upstream.status_code != 400:  # the one status an overflow comes with
+            return _Sent(upstream, turn)
+        refusal = await _read_whole(upstream)
+        overflow = context_overflow(upstream.status_code, refusal)
+        if overflow is None:
+            return _Sent(upstream, turn, refusal)
+        sent_tokens = turn.context.receipt.total_tokens
+        budget = retry_budget(sent_tokens, overflow, requested)
+        try:
+            smaller = await self.memory.prepare(
+                turn.identity, turn.messages, turn.model, budget_tokens=budget
+            )
+        except StoreUnavailable:
+            return _Sent(upstream, turn, refusal)  # the refusal stands, as the upstream said
+        if smaller.context.receipt.total_tokens >= sent_tokens:
+            # Only the prompt, the new turn and the window's last messages were left: a
+            # smaller budget would send the same again.
+            return _Sent(upstream, turn, refusal)
+        log.info(
+            "upstream refused a %d-token context as too long; retrying within %d tokens",
+            sent_tokens,
+            budget,
+        )
+        metrics.context_retry()
+        request_log.note(context_retry=sent_tokens)
+        answer = await send(smaller)
+        if answer.status_code == 200:
+            self.ceilings.fitted(turn.model, budget, self.clock())
+        return _Sent(answer, smaller)
 
     async def _relay(
         self, upstream: UpstreamResponse, turn: Turn, record: bool
@@ -380,6 +422,60 @@ class ChatCompletions:
             request_log.log_content(
                 turn.identity.session_id, turn.context.openai_messages(), answer.to_openai()
             )
+
+
+class _Sent(NamedTuple):
+    """What the upstream answered, to which turn's context (a retry's, after a refusal
+    of a context too long); ``refusal``: an error answer already read (and closed)."""
+
+    upstream: UpstreamResponse
+    turn: Turn
+    refusal: bytes | None = None
+
+
+def _memory_headers(turn: Turn) -> dict[str, str]:
+    """The memory headers of an answer to ``turn`` (noted, with its tokens, for the
+    metrics and the access line: once, for the context that went)."""
+    receipt = turn.context.receipt
+    metrics.tokens(turn.client_tokens, receipt.total_tokens)
+    request_log.note(
+        tokens_in=turn.client_tokens,
+        tokens_context=receipt.total_tokens,
+        tiers=receipt.tiers,
+        recalled=len(receipt.recalled),
+    )
+    return {
+        "x-memory-status": "ok",
+        "x-memory-context-tokens": str(receipt.total_tokens),
+        "x-memory-receipt": receipt.header(),
+    }
+
+
+def _refused(sent: _Sent, memory_headers: dict[str, str]) -> Response:
+    """An error answer the gateway read (to see whether it was a context too long),
+    relayed as it came."""
+    raw = sent.refusal or b""
+    response = Response(raw, status_code=sent.upstream.status_code)
+    response.raw_headers = raw_headers(
+        sent.upstream, decoded=True, extra=_unanswered(memory_headers)
+    )
+    response.headers["content-length"] = str(len(raw))
+    return response
+
+
+async def _read_whole(upstream: UpstreamResponse) -> bytes:
+    """The whole (decoded) body, the connection closed after; a broken or oversized
+    answer as the gateway's error."""
+    try:
+        return await upstream.read()
+    except UpstreamResponseTooLarge as error:
+        raise UpstreamError(str(error), code=error.code) from None
+    except UpstreamStreamBroken as error:
+        if error.timeout:
+            raise UpstreamTimeout(str(error)) from None
+        raise UpstreamUnreachable(str(error)) from None
+    finally:
+        await close_quietly(upstream)
 
 
 def _completion_tokens(usage: Any) -> int | None:

@@ -42,6 +42,7 @@ from gateway.chat_request import (
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.identity import Identity, MemoryMode, check_id, header_id
 from gateway.memory.model import Message
+from gateway.memory.model_budget import requested_output
 from gateway.memory.service import check_quota
 from gateway.operations import SessionOperations
 from gateway.routes.relay import read_body
@@ -229,7 +230,9 @@ class MemoryAPI:
         # As the proxy would see it.
         user_id = (await self._caller(request)).user_id(header_id(request.headers, "X-User-Id"))
         identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)
-        turn = await self.memory.prepare(identity, chat.messages, chat.model)
+        turn = await self.memory.prepare(
+            identity, chat.messages, chat.model, requested_output=requested_output(chat.body)
+        )
         check_turn_tool_results(chat.messages, turn.plan.new, turn.plan.prior)
         return JSONResponse(
             {"messages": turn.context.openai_messages(), "receipt": turn.context.receipt.to_json()}

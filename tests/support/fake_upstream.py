@@ -34,6 +34,13 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
                      streamed or not
     endless-stream   content chunks of ENDLESS_CHUNK_CHARS, one after another, until the
                      caller leaves (never a finish_reason)
+    small-llamacpp   a model with a SMALL_CONTEXT_TOKENS window (by ``prompt_tokens``):
+                     a longer prompt gets llama.cpp's 400 (exceed_context_size_error, with
+                     n_ctx and n_prompt_tokens); otherwise fake-model's answer
+    small-openai     the same window, refused as OpenAI does (code
+                     context_length_exceeded, the numbers only in the message)
+    small-bare       the same window, refused with only older llama.cpp's message ("the
+                     request exceeds the available context size", no numbers)
 
 Every chat call is in ``in_flight`` until its response has ended; one that ended before
 its answer did (the gateway went away, or the stream was cut) is in ``disconnects``.
@@ -100,6 +107,7 @@ BIG_WORD = "w" * (512 << 10)
 HUGE_ANSWER_BYTES = 100 * 1000 * 1000
 BOMB_DECODED_BYTES = 52 * 1000 * 1000
 ENDLESS_CHUNK_CHARS = 4096
+SMALL_CONTEXT_TOKENS = 2048
 # Events of answers too big to hold: made (or, for the bomb, compressed) as they are sent.
 _BIG_EVENT_CHARS = 64 * 1024
 _COMPLETION_HEAD = b'{"id":"chatcmpl-big","object":"chat.completion","created":0,"model":"m",'
@@ -304,6 +312,9 @@ class FakeUpstream:
                 },
                 status_code=500,
             )
+        if model in _SMALL_MODELS and prompt_tokens(messages) > SMALL_CONTEXT_TOKENS:
+            call.finished = True
+            return JSONResponse(_too_long(model, prompt_tokens(messages)), status_code=400)
         if model == "rate-limit":
             call.finished = True
             return JSONResponse(
@@ -458,6 +469,39 @@ async def _late_in_one_write(parts: AsyncIterator[bytes]) -> AsyncIterator[bytes
 
 
 _ASK = re.compile(r"what is my ([a-z ]+?)\?", re.I)
+_SMALL_MODELS = ("small-llamacpp", "small-openai", "small-bare")
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """The small models' count: a token every 3 characters, 4 a message (more than the
+    gateway's count, as another tokenizer's may be)."""
+    return sum(4 + len(_text(m)) // 3 for m in messages)
+
+
+def _too_long(model: str, counted: int) -> dict[str, Any]:
+    if model == "small-llamacpp":  # llama.cpp's server (2025)
+        return {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": counted,
+                "n_ctx": SMALL_CONTEXT_TOKENS,
+            }
+        }
+    if model == "small-openai":
+        return {
+            "error": {
+                "message": f"This model's maximum context length is {SMALL_CONTEXT_TOKENS} "
+                f"tokens. However, your messages resulted in {counted} tokens. Please reduce "
+                "the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+    message = "the request exceeds the available context size. try increasing the context size"
+    return {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
 
 
 def _text(message: dict[str, Any]) -> str:
