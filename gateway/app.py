@@ -149,29 +149,25 @@ def create_app(
     )
     # One set of session archives in memory for the proxy and the memory API.
     archives: ArchiveCache[SessionKeys] = ArchiveCache(settings.memory.archive_cache_mb * 2**20)
-    memory = MemoryService(
-        store,
-        tokenizer,
-        settings.memory,
-        embedder,
-        vectors=vectors,
-        archives=archives,
-        models=settings.models,
-    )
+
+    def memory_on(deadline_store: RedisStore) -> MemoryService:
+        return MemoryService(
+            deadline_store,
+            tokenizer,
+            settings.memory,
+            embedder,
+            vectors=vectors,
+            archives=archives,
+            models=settings.models,
+        )
+
+    memory = memory_on(store)
     chat = ChatCompletions(
         settings, upstream=upstream, memory=memory, auth=auth, passthrough=passthrough
     )
     # The memory API is an operator's tool, not the request path: it uses the jobs'
     # store, whose deadline is seconds, not the proxy's 100 ms.
-    api_memory = MemoryService(
-        runner.store,
-        tokenizer,
-        settings.memory,
-        embedder,
-        vectors=vectors,
-        archives=archives,
-        models=settings.models,
-    )
+    api_memory = memory_on(runner.store)
     operations = SessionOperations(api_memory, runner)
     memory_api = MemoryAPI(
         operations, auth, max_body_bytes=settings.server.max_body_bytes, limits=settings.server
