@@ -52,9 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._harness import free_port, quantile, rss_kib, table  # noqa: E402
 from bench.abuse_clients import VICTIM_MODEL, raise_nofile  # noqa: E402
-from bench.overhead import quantile, rss_kib, table  # noqa: E402
-from tests.support.servers import RedisProcess, free_port  # noqa: E402
+from devsupport.servers import RedisProcess  # noqa: E402
 
 PYTHON = sys.executable
 CLIENTS = ROOT / "bench" / "abuse_clients.py"

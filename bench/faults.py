@@ -4,7 +4,7 @@ Everything is real and local: redis-server processes (a private one per scenario
 breaks Redis), a TCP proxy for slow and black-holed Redis, the fake upstream on a real
 socket, the gateway under uvicorn, clients over HTTP. The fault suite under ``tests/``
 asserts the same properties; this script measures them in one run and prints one table
-(markdown), the one in the README.
+(markdown), the one in docs/benchmarks.md.
 
     .venv/bin/python bench/faults.py            # about a minute
     .venv/bin/python bench/faults.py --quick    # fewer runs, about 20 s
@@ -43,24 +43,24 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.integration.conftest import build_settings, start_gateway  # noqa: E402
-from tests.integration.test_memory_proxy import stored_log  # noqa: E402
-from tests.support.disconnects import measure_disconnects  # noqa: E402
-from tests.support.fake_upstream import FakeUpstream  # noqa: E402
-from tests.support.invariants import (  # noqa: E402
+from devsupport.disconnects import measure_disconnects  # noqa: E402
+from devsupport.fake_upstream import FakeUpstream  # noqa: E402
+from devsupport.gateways import build_settings, start_gateway  # noqa: E402
+from devsupport.invariants import (  # noqa: E402
     numbering_problems,
     once_problems,
     pairing_problems,
 )
-from tests.support.load import (  # noqa: E402
+from devsupport.load import (  # noqa: E402
     Load,
     acknowledged,
     acknowledged_but_not_stored_once,
     ask,
     gateway_client,
 )
-from tests.support.servers import RedisProcess, ServerThread, running_redis  # noqa: E402
-from tests.support.tcp_proxy import proxy_to  # noqa: E402
+from devsupport.servers import RedisProcess, ServerThread, running_redis  # noqa: E402
+from devsupport.stored import stored_log  # noqa: E402
+from devsupport.tcp_proxy import proxy_to  # noqa: E402
 
 DEADLINE_MS = 100
 

@@ -56,14 +56,20 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._harness import (  # noqa: E402
+    DIE_WITH_PARENT,
+    cpu_seconds,
+    free_port,
+    stop,
+    wait_healthy,
+)
 from bench.conversations import DEFAULT_DEPTHS, Fact, generate, mentions  # noqa: E402
-from bench.recall import _DIE_WITH_PARENT, _stop, _wait_healthy, free_port  # noqa: E402
+from devsupport.servers import RedisProcess  # noqa: E402
 from gateway.config import WorkerConfig  # noqa: E402
 from gateway.identity import tenant_id  # noqa: E402
 from gateway.memory.model import Message  # noqa: E402
 from gateway.store.keys import JOB_GROUP, TENANT_SECRET_KEY, SessionKeys, job_stream  # noqa: E402
 from gateway.tokens import TokenCounter  # noqa: E402
-from tests.support.servers import RedisProcess  # noqa: E402
 
 MODEL = "bench"  # fast_upstream: the first chunk at once, five chunks
 API_KEY = "sk-bench-flat-cost"
@@ -77,21 +83,12 @@ WINDOW = 8  # hybrid-recall's window: facts older than this must come back throu
 # --- Processes -------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """On-CPU time of all of a process's threads, in ns resolution (not 10 ms ticks)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
-
-
 @contextlib.contextmanager
 def process(command: Sequence[str], ready: Callable[[], bool]) -> Iterator[int]:
     """A helper server that dies with the benchmark; its pid once ``ready()``."""
     with tempfile.TemporaryFile() as log:
         child = subprocess.Popen(
-            [sys.executable, "-c", _DIE_WITH_PARENT, *command],
+            [sys.executable, "-c", DIE_WITH_PARENT, *command],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
@@ -104,7 +101,7 @@ def process(command: Sequence[str], ready: Callable[[], bool]) -> Iterator[int]:
                 time.sleep(0.05)
             yield child.pid
         finally:
-            _stop(child)
+            stop(child)
 
 
 def _answers(url: str) -> bool:
@@ -125,7 +122,7 @@ def fast_upstream() -> Iterator[str]:
 # The test suite's fake upstream, for its summarizer models (valid summaries and facts).
 _SUMMARIZER = """
 import sys, uvicorn
-from tests.support import fake_upstream
+from devsupport import fake_upstream
 fake_upstream.SLOW_SUMMARIZER_S = float(sys.argv[2])
 uvicorn.run(fake_upstream.FakeUpstream().app(), host="127.0.0.1", port=int(sys.argv[1]),
             log_level="warning")
@@ -159,18 +156,18 @@ def gateway(settings: dict[str, Any]) -> Iterator[Gateway]:
         with logpath.open("wb") as logfile:
             command = ["-m", "gateway.cli", "serve", "--config", str(config)]
             child = subprocess.Popen(
-                [sys.executable, "-c", _DIE_WITH_PARENT, *command],
+                [sys.executable, "-c", DIE_WITH_PARENT, *command],
                 cwd=ROOT, stdout=logfile, stderr=subprocess.STDOUT,
             )  # fmt: skip
             base = f"http://127.0.0.1:{port}"
             try:
-                _wait_healthy(base, child, logpath)
+                wait_healthy(base, child, logpath)
                 yield Gateway(base, child.pid)
             except Exception:
                 log(f"gateway log:\n{logpath.read_text()[-3000:]}")
                 raise
             finally:
-                _stop(child)
+                stop(child)
 
 
 def gateway_settings(

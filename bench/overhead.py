@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import resource
 import secrets
@@ -59,7 +58,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,8 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.flat_cost import cpu_seconds  # noqa: E402
-from tests.support.servers import RedisProcess, free_port  # noqa: E402
+from bench._harness import cpu_seconds, free_port, ms, quantile, rss_kib, table  # noqa: E402
+from devsupport.servers import RedisProcess  # noqa: E402
 
 PYTHON = sys.executable
 PROBE_MODEL = "bench-t0-c5-s0"  # streamed: 5 chunks at once
@@ -202,13 +201,6 @@ def litellm_config(path: Path, upstream: str, master_key: str) -> Path:
     return path
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
 @contextlib.contextmanager
 def rss_peak(pid: int) -> Iterator[list[int]]:
     """Samples VmRSS every 50 ms while the block runs; the list holds the peak at the end."""
@@ -262,16 +254,6 @@ def run_load(job: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"load generator failed: {done.stderr.decode()[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout)
     return result
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Nearest-rank quantile (q in 0..1)."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
-
-
-def ms(seconds: float, digits: int = 2) -> str:
-    return "-" if math.isnan(seconds) else f"{seconds * 1000:.{digits}f} ms"
 
 
 def problems(result: dict[str, Any]) -> str:
@@ -823,14 +805,6 @@ def run(
         return report
     finally:
         redis_server.cleanup()
-
-
-def table(header: Sequence[str], rows: Iterable[Iterable[Any]]) -> str:
-    """A markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        lines.append("| " + " | ".join(str(v) for v in row) + " |")
-    return "\n".join(lines)
 
 
 def markdown(report: Report) -> str:

@@ -30,8 +30,6 @@ import json
 import math
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +53,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import realtalk  # noqa: E402
+from bench._harness import DIE_WITH_PARENT, free_port, stop, wait_healthy  # noqa: E402
 from bench.conversations import (  # noqa: E402
     BUCKETS,
     DEFAULT_DEPTHS,
@@ -65,7 +64,7 @@ from bench.conversations import (  # noqa: E402
     generate_all,
     mentions,
 )
-from gateway.config import PRESETS  # noqa: E402
+from gateway.presets import PRESETS  # noqa: E402
 from gateway.tokens import TokenCounter  # noqa: E402
 
 TOKENS_PER_MESSAGE = 3  # OpenAI's framing of each message of a prompt
@@ -367,25 +366,6 @@ class CountingRelay:
 # --- The gateway under test ------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-# Runs the gateway so that it gets SIGINT when the benchmark dies, even of SIGKILL (when
-# no cleanup runs): Linux's PR_SET_PDEATHSIG (1) survives the exec. Elsewhere, a plain exec.
-_DIE_WITH_PARENT = """
-import ctypes, os, signal, sys
-try:
-    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGINT)
-except OSError:
-    pass
-os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
-"""
-
-
 @contextlib.contextmanager
 def gateway(
     preset: str,
@@ -426,44 +406,20 @@ def gateway(
     config = workdir / "gateway.yaml"
     config.write_text(json.dumps(settings, indent=2))  # JSON is YAML
     logfile = (workdir / "gateway.log").open("wb")
-    command = [sys.executable, "-c", _DIE_WITH_PARENT, "-m", "gateway.cli", "serve"]
+    command = [sys.executable, "-c", DIE_WITH_PARENT, "-m", "gateway.cli", "serve"]
     command += ["--config", str(config)]
     process = subprocess.Popen(
         [*command, "--port", str(port)], cwd=ROOT, stdout=logfile, stderr=subprocess.STDOUT
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(base, process, workdir / "gateway.log")
+        wait_healthy(base, process, workdir / "gateway.log")
         yield base
     finally:
-        _stop(process)
+        stop(process)
         logfile.close()
         if own:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _wait_healthy(base: str, process: subprocess.Popen[bytes], logfile: Path) -> None:
-    """Poll /healthz until Redis is reachable; fail with the gateway's log if it died."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"gateway exited:\n{logfile.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{base}/healthz", timeout=2).json().get("status") == "ok":
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"gateway not healthy after 60 s:\n{logfile.read_text()[-3000:]}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Ctrl-C, the gateway's normal stop (it stops its embedded Redis too); then kill."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def import_messages(conversation: Conversation, args: argparse.Namespace) -> list[dict[str, Any]]:

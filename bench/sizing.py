@@ -13,7 +13,7 @@ the model-free fallback):
    redis-server); then ``MEMORY USAGE … SAMPLES 0`` summed over the keys the session
    made (``SCAN mg:{*`` before and after).
 2. **summarization jobs per turn** of every preset: ``gateway.memory.jobs.schedule``
-   called as ``MemoryService._writes`` calls it, for a 1,000-turn conversation (pure).
+   called as ``Recorder.writes`` calls it, for a 1,000-turn conversation (pure).
 3. **Redis work per request** on a local 3-master + 3-replica Redis Cluster, one gateway
    (no summarization worker anywhere: the request path only), continuing turns
    (turn 11+), non-streamed, one at a time: commands and round trips per request, the
@@ -64,26 +64,25 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._harness import cpu_seconds, free_port, ms, quantile, table  # noqa: E402
 from bench.conversations import DEFAULT_DEPTHS, generate  # noqa: E402
-from bench.flat_cost import Session, cpu_seconds, flush_session, post  # noqa: E402
+from bench.flat_cost import Session, flush_session, post  # noqa: E402
 from bench.overhead import (  # noqa: E402
     INSTANT_MODEL,
     PYTHON,
     closed_loop,
     count_commands,
     gateway_config,
-    ms,
     process,
-    quantile,
-    table,
     targets,
 )
-from gateway.config import PRESETS, MemoryConfig, WorkerConfig  # noqa: E402
+from devsupport.cluster import RedisCluster  # noqa: E402
+from devsupport.servers import RedisProcess  # noqa: E402
+from gateway.config import MemoryConfig, WorkerConfig  # noqa: E402
 from gateway.memory.jobs import schedule  # noqa: E402
 from gateway.memory.model import Message  # noqa: E402
-from gateway.store import redis_store  # noqa: E402
-from tests.support.cluster import RedisCluster  # noqa: E402
-from tests.support.servers import RedisProcess, free_port  # noqa: E402
+from gateway.presets import PRESETS  # noqa: E402
+from gateway.store import scripts  # noqa: E402
 
 DEFAULT_PRESET = MemoryConfig().preset  # hybrid-recall
 SEED = 11  # of the imported conversations (bench/load.py's requests use seed 6)
@@ -101,12 +100,13 @@ GIB = 1024**3
 # conversations, with their jobs falling due), as a deployment's active sessions do.
 LOAD_SESSIONS = 64
 IDLE_S = 1.0  # idle CPU measured over this long before a measurement, then subtracted
-# The commands the gateway's Lua scripts run (their time is inside the EVALSHA's as well).
+# The commands the store's Lua scripts run (their time is inside the EVALSHA's as well);
+# not the rate limiter's or the admin API's, which a turn does not run.
 SCRIPTED = frozenset(
     name.lower()
-    for text in vars(redis_store).values()
-    if isinstance(text, str)
-    for name in re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", text)
+    for script in scripts.names()
+    if script not in ("admit", "change_key")
+    for name in re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", scripts.source(script))
 )
 
 
@@ -244,7 +244,7 @@ def sizing_cells(row: dict[str, float]) -> list[str]:
 def jobs_per_turn(turns: int = SIM_TURNS, tokens: int = SIM_TOKENS) -> dict[str, dict[str, float]]:
     """Jobs per turn of every preset, by kind and in all: ``turns`` turns (a user message
     and its answer, recorded together as a chat request records them), each scheduled
-    as ``MemoryService._writes`` does: the stored tail (``reconcile_tail`` messages) and
+    as ``Recorder.writes`` does: the stored tail (``reconcile_tail`` messages) and
     the two appended messages, with the count and turns before them."""
     tail = MemoryConfig().reconcile_tail
     out: dict[str, dict[str, float]] = {}
@@ -278,7 +278,7 @@ def jobs_rows(report: Report) -> None:
     report.sources.append(
         f"jobs: gateway.memory.jobs.schedule over a {SIM_TURNS:,}-turn conversation (a user "
         f"message and its answer per turn, ~{SIM_TOKENS} tokens each), called as "
-        "MemoryService._writes calls it; pure, no server. Summarizer calls per job: 1 for "
+        "Recorder.writes calls it; pure, no server. Summarizer calls per job: 1 for "
         "hybrid-recall's chunk and facts; 2 for fold/compress (summary + key pair) and for "
         "progressive's chunk (summary + facts, merges aside); 1-2 for recursive."
     )
@@ -430,7 +430,7 @@ def cluster_work(
         "2; replicas' REPLCONF ACKs left out); process CPU = the masters' threads' on-CPU "
         "time (/proc/PID/task/*/schedstat) minus their idle rate measured over 1 s; script "
         "bodies once = commandstats usec of the commands other than those the gateway's Lua "
-        "scripts run (gateway.store.redis_store's scripts; a command sent both ways would be "
+        "scripts run (gateway/store/scripts/*.lua; a command sent both ways would be "
         "left out)."
     )
     return {"commandstats": turns["usec"] * 1e-6, "process": process_cpu}

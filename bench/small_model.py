@@ -29,7 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.recall import free_port  # noqa: E402
+from bench._harness import free_port  # noqa: E402
 
 SESSION = "small-model"
 FACTS = (

@@ -18,25 +18,27 @@ from starlette.types import ASGIApp
 
 from gateway.auth import Authenticator, KeyRegistry
 from gateway.auth import watch as watch_keys
+from gateway.compat.starlette import OutermostStarlette
 from gateway.config import Settings
 from gateway.cors import cors_middleware
+from gateway.dialects.responses import RESPONSES
 from gateway.embedder import StaticEmbedder
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
 from gateway.memory.archive import ArchiveCache
 from gateway.memory.rerank import Embedder
-from gateway.memory.service import MemoryService
 from gateway.metrics import MetricsMiddleware
 from gateway.openapi import serve_openapi
 from gateway.operations import SessionOperations
 from gateway.proxy.upstream import Upstream
 from gateway.rate_limits import RateLimitMiddleware, rate_limiter
 from gateway.routes.admin import AdminAPI
-from gateway.routes.chat import ChatCompletions
+from gateway.routes.chat import MemoryProxy
 from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.metrics import MetricsEndpoint
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.relay import CLIENT_CLOSED
+from gateway.service.memory_service import MemoryService
 from gateway.store.durability import warn_if_not_durable
 from gateway.store.gateway_keys import GatewayKeys
 from gateway.store.keys import SessionKeys
@@ -102,7 +104,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body("internal gateway error", "server_error"), status_code=500)
 
 
-class _Gateway(Starlette):
+class _Gateway(OutermostStarlette):
     """Starlette with the request middleware (id, metrics, access line) outermost: outside
     Starlette's own error middleware too, so that the 500 of an unexpected error carries
     the request id and is counted and logged as a 500."""
@@ -111,8 +113,8 @@ class _Gateway(Starlette):
         super().__init__(**options)
         self._request_options = {"metrics": metrics, "access_log": access_log}
 
-    def build_middleware_stack(self) -> ASGIApp:
-        return MetricsMiddleware(super().build_middleware_stack(), **self._request_options)
+    def outermost(self, app: ASGIApp) -> ASGIApp:
+        return MetricsMiddleware(app, **self._request_options)
 
 
 def create_app(
@@ -159,10 +161,11 @@ def create_app(
             vectors=vectors,
             archives=archives,
             models=settings.models,
+            max_request_bytes=settings.upstream.max_request_bytes,
         )
 
     memory = memory_on(store)
-    chat = ChatCompletions(
+    chat = MemoryProxy(
         settings, upstream=upstream, memory=memory, auth=auth, passthrough=passthrough
     )
     # The memory API is an operator's tool, not the request path: it uses the jobs'
@@ -217,8 +220,21 @@ def create_app(
                     await keys_task
 
     health = Health(store)
-    routes = [
-        Route("/v1/chat/completions", chat.handle, methods=["POST"]),
+    routes = [Route("/v1/chat/completions", chat.handle, methods=["POST"])]
+    if passthrough.allows("/v1/responses"):
+        # The same pipeline for the Responses API (its own retry ceilings and recordings).
+        # Only where the allowlist takes the path: with gateway keys (one upstream account
+        # for every tenant) it does not by default, as responses live in that account.
+        responses = MemoryProxy(
+            settings,
+            upstream=upstream,
+            memory=memory,
+            auth=auth,
+            passthrough=passthrough,
+            dialect=RESPONSES,
+        )
+        routes.append(Route("/v1/responses", responses.handle, methods=["POST"]))
+    routes += [
         Route("/v1/{path:path}", passthrough.handle, methods=ALL_METHODS),
         Route("/healthz", health.handle, methods=["GET"]),
         Route("/readyz", health.ready, methods=["GET"]),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import pydantic_core
 from pydantic import (
@@ -22,11 +22,12 @@ from pydantic import (
     StrictBool,
     StrictStr,
     ValidationError,
+    WithJsonSchema,
     field_validator,
 )
 from pydantic_core import ErrorDetails
 
-from gateway import offload
+from gateway import codec, media, offload
 from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.memory.model import PROMPT_ROLES, Message
 
@@ -36,6 +37,20 @@ MAX_MODEL_LENGTH = 1024
 # Content-part fields the gateway reads (token counting, recall, summaries), with the
 # type each must have; other fields and part types are forwarded as they are.
 _PART_FIELDS: dict[str, type] = {"type": str, "text": str, "refusal": str, "image_url": dict}
+
+# A message's content as the OpenAPI document describes it (``_check_part`` checks it).
+Content = Annotated[Any, WithJsonSchema({
+    "description": "a string, an array of content parts, or null",
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "object", "properties": {
+            "type": {"type": "string"}, "text": {"type": "string"},
+            "refusal": {"type": "string"},
+            "image_url": {"type": "object", "properties": {"url": {"type": "string"}}},
+        }}},
+        {"type": "null"},
+    ],
+})]  # fmt: skip
 
 
 def _check_part(part: Any) -> None:
@@ -68,7 +83,7 @@ class MessageShape(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     # Checked by hand: a pydantic union would name its members in the error's location
     # ("messages.0.content.str") where OpenAI names the field ("messages.0.content").
-    content: Any = None
+    content: Content = None
     tool_calls: list[_ToolCallShape] | None = None
     tool_call_id: StrictStr | None = None
     name: StrictStr | None = None
@@ -90,7 +105,9 @@ class _StreamOptions(BaseModel):
     include_usage: bool | None = None
 
 
-class _RequestShape(BaseModel):
+class ChatCompletionRequest(BaseModel):
+    """A chat-completions body as far as the gateway reads it (the rest is forwarded)."""
+
     model_config = ConfigDict(extra="allow")
     # Strict: "yes" is not a boolean, 5 is not a model name (pydantic would coerce them).
     model: StrictStr = Field(min_length=1, max_length=MAX_MODEL_LENGTH)
@@ -106,6 +123,10 @@ class ChatRequest:
     messages: tuple[Message, ...]
     stream: bool
 
+    def forwarded(self, context: Sequence[dict[str, Any]]) -> bytes:
+        """The body to send upstream: the client's, with ``context`` as its messages."""
+        return codec.dumps({**self.body, "messages": list(context)})
+
 
 class MessageLimits(Protocol):
     """Caps on what one request may hold, below the body's: ``ServerConfig`` is one
@@ -117,6 +138,9 @@ class MessageLimits(Protocol):
     @property
     def max_message_bytes(self) -> int: ...
 
+    @property
+    def max_media_bytes(self) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -124,6 +148,7 @@ class Limits:
 
     max_messages: int = 2048
     max_message_bytes: int = 1024 * 1024
+    max_media_bytes: int = 20 * 1024 * 1024
 
 
 DEFAULT_LIMITS = Limits()
@@ -197,15 +222,33 @@ def _call_texts(tool_calls: Any) -> list[str]:
     return texts
 
 
+def _check_media_sizes(i: int, content: list[Any], limit: int) -> None:
+    """Refuse an image whose data URL holds more than ``limit`` bytes (413): its bytes
+    are not text, and are capped apart from it (``max_media_bytes``)."""
+    for j, part in enumerate(content):
+        if not media.is_image(part):
+            continue
+        url = media.image_url(part)
+        if media.is_data_url(url) and media.encoded_size(url) > limit:
+            param = f"messages.{i}.content.{j}.image_url.url"
+            raise PayloadTooLarge(
+                f"{param}: the image is larger than the {limit}-byte limit on one image",
+                param=param,
+            )
+
+
 def check_message_sizes(messages: Sequence[Any], limits: MessageLimits) -> None:
     """Refuse a message whose text (what is tokenized and indexed: its content, and its
-    tool calls' names and arguments) is over ``max_message_bytes`` (413)."""
+    tool calls' names and arguments) is over ``max_message_bytes``, or one of whose
+    images is over ``max_media_bytes`` (413)."""
     limit = limits.max_message_bytes
     quarter = limit // 4
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
         text = message.get("content")
+        if isinstance(text, list):
+            _check_media_sizes(i, text, limits.max_media_bytes)
         if isinstance(text, str) and len(text) <= quarter and not message.get("tool_calls"):
             continue  # (nearly every message: far below the cap in any encoding)
         content = _content_texts(text)
@@ -348,7 +391,7 @@ def parse_chat_request(raw: bytes, limits: MessageLimits = DEFAULT_LIMITS) -> Ch
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
     check_message_count(body.get("messages"), limits)
     try:
-        shape = _RequestShape.model_validate(body)
+        shape = ChatCompletionRequest.model_validate(body)
     except ValidationError as error:
         raise validation_error(body, error) from None
     if not shape.messages:

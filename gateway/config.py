@@ -1,4 +1,5 @@
-"""The YAML configuration: pydantic models, `${VAR}` expansion and preset resolution.
+"""The YAML configuration: pydantic models, `${VAR}` expansion and preset resolution
+(the memory tiers and the named presets are in ``presets``).
 
 Every key is validated at start-up; an unknown key or a wrong type stops the start with a
 message that names the key path (``upstream.timeouts.connect_s: ...``).
@@ -15,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.presets import PRESETS, Composition, PresetName
+
 
 class ConfigError(Exception):
     """The configuration file cannot be used; the message names the offending key."""
@@ -26,7 +29,7 @@ class _Section(BaseModel):
 
 
 class CorsConfig(_Section):
-    """server.cors (issue 23): browser apps calling the gateway from other origins.
+    """server.cors: browser apps calling the gateway from other origins.
 
     No origins (the default): no CORS headers at all. With origins, the gateway answers
     a preflight OPTIONS itself (never the upstream) and names an allowed origin on its
@@ -61,16 +64,21 @@ class CorsConfig(_Section):
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    # Sized for images (the OpenAI API takes tens of MB: a 20 MB image is ~27 MB of
+    # base64); what memory keeps of a message is capped below (max_message_bytes).
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     # The request line and headers together. The HTTP parser holds them in memory before
     # the gateway sees them, so the limit has to be the parser's (see cli.serve).
     max_header_bytes: int = Field(default=64 * 1024, ge=4096)
-    # Caps below max_body_bytes (issue 22, part C): the messages of one request (chat
+    # Caps below max_body_bytes: the messages of one request (chat
     # completions, the memory API's import and context) and one message's text, in
     # UTF-8 bytes. Tokenizing and indexing cost grows faster than a text's length, so
     # one body must not hold a single huge message or a hundred thousand tiny ones.
     max_messages: int = Field(default=2048, gt=0)
     max_message_bytes: int = Field(default=1024 * 1024, gt=0)
+    # One image part's bytes (decoded), apart from max_message_bytes (which counts text):
+    # the OpenAI API's own per-image limit.
+    max_media_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
     require_session: bool = False
     tenant_secret: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -101,7 +109,7 @@ class ServerConfig(_Section):
     # Connections one client address may hold open at once (IPv6: one /64), per process;
     # past it a new one gets 429 and is closed. 0: no cap. trusted_proxies are exempt.
     max_connections_per_client: int = Field(default=256, ge=0)
-    # Cross-origin browser requests (issue 23): see CorsConfig.
+    # Cross-origin browser requests: see CorsConfig.
     cors: CorsConfig = CorsConfig()
 
 
@@ -110,9 +118,9 @@ class UpstreamTimeouts(_Section):
     first_byte_s: float = Field(default=120.0, gt=0)
     idle_s: float = Field(default=60.0, gt=0)
     write_s: float = Field(default=30.0, gt=0)
-    # Waiting for a free pooled connection when all max_connections are busy (issue 22,
-    # part B): past it the request gets 503 upstream_pool_full at once, not a 504 after
-    # connect_s, so clients back off instead of queueing behind streams nobody reads.
+    # Waiting for a free pooled connection when all max_connections are busy: past it
+    # the request gets 503 upstream_pool_full at once, not a 504 after connect_s, so
+    # clients back off instead of queueing behind streams nobody reads.
     pool_s: float = Field(default=2.0, gt=0)
 
 
@@ -156,11 +164,15 @@ class UpstreamConfig(_Section):
     # by timeouts.pool_s), an idle one closed after keepalive_s.
     max_connections: int = Field(default=512, gt=0)
     keepalive_s: float = Field(default=15.0, gt=0)
-    # The most one answer may hold (issue 22, part B), counted decoded (gzip/deflate
+    # The most one answer may hold, counted decoded (gzip/deflate
     # undone) where the gateway reads it, raw where it only relays it. Past it the answer
     # ends with an error (in-band for a stream) and nothing is recorded: a 100 MB answer
     # or a gzip bomb would otherwise be held in memory whole.
     max_response_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    # The most one forwarded chat body may hold (docs/images.md): when the images of the
+    # window would make it larger, the oldest are sent as placeholders until it fits.
+    # As large as server.max_body_bytes: whatever a client may send can be forwarded.
+    max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamConfig:
@@ -201,213 +213,8 @@ class RedisConfig(_Section):
         return self
 
 
-PresetName = Literal[
-    "rolling-window",
-    "recursive-summary",
-    "rolling-summary",
-    "progressive",
-    "hybrid",
-    "hybrid-recall",
-]
-
-
-class WindowTier(_Section):
-    """Verbatim recent messages, by count, tokens and/or user turns."""
-
-    messages: int | None = Field(default=8, gt=0)
-    tokens: int | None = Field(default=None, gt=0)
-    turns: int | None = Field(default=None, gt=0)
-    keep_last: int = Field(default=2, ge=0)  # always sent, even over budget
-    # Only messages no summary covers yet (seed 003's buffer of full messages).
-    after_summarized: bool = False
-
-
-class ChunkTier(_Section):
-    """Summaries of fixed message chunks (seeds 000, 003, 004).
-
-    At message count n = first_at, first_at + every, …, the chunk
-    (n - lag - size + 1 … n - lag) is summarized.
-    """
-
-    first_at: int = Field(default=15, gt=0)
-    every: int = Field(default=15, gt=0)
-    size: int = Field(default=15, gt=0)
-    lag: int = Field(default=0, ge=0)
-    keep: int | None = Field(default=None, gt=0)  # stored; oldest dropped first
-    use: int | None = Field(default=3, gt=0)  # sent, newest first
-    merge_over: int | None = Field(default=None, gt=0)  # more than this: merge into one
-    extract_facts: bool = False
-
-
-class RecursiveTier(_Section):
-    """One evolving user-focused summary (seed 001).
-
-    At first_at it covers 1 … first_at - 1; at first_at + k·every it integrates
-    (n - lag - every + 1 … n - lag).
-    """
-
-    first_at: int = Field(default=11, gt=1)
-    every: int = Field(default=10, gt=0)
-    lag: int = Field(default=10, ge=0)
-    limit_tokens: int = Field(default=7000, gt=0)
-
-
-class RollingTier(_Section):
-    """Rolling summary folded every turn, plus key Q/A pairs (seed 002)."""
-
-    fold_words: int = Field(default=250, gt=0)
-    max_words: int = Field(default=300, gt=0)
-    compress_after_turn: int = Field(default=6, ge=0)
-    compress_every: int = Field(default=4, gt=0)
-    keep_pairs: int = Field(default=6, gt=0)
-
-
-class FactsTier(_Section):
-    """Durable facts: keyed, deduplicated, the newer fact superseding the older."""
-
-    use: int = Field(default=15, gt=0)  # newest current facts sent
-    keep: int = Field(default=100, gt=0)
-    # Extract facts from the user's messages every this many messages (None: only the
-    # chunk summaries' extraction, as seed 003 does).
-    extract_every: int | None = Field(default=None, gt=0)
-
-
-class EmbeddingsConfig(_Section):
-    """Optional: rerank recall's best candidates by an embeddings model's meaning, via
-    ``/v1/embeddings`` (a worker job embeds each recorded message)."""
-
-    model: str = "text-embedding-3-small"
-    base_url: str | None = None  # None: the upstream's base_url
-    api_key: str | None = None  # None: upstream.api_key; never a client's key
-    candidates: int = Field(default=20, gt=0)  # best candidates reranked
-    weight: float = Field(default=0.5, ge=0, le=1)  # share of the score from meaning
-    timeout_s: float = Field(default=2.0, gt=0)  # on the request path: then lexical only
-
-
-class RecallTier(_Section):
-    """Verbatim excerpts of the archive that best match the new user message, by its words
-    (BM25) and their meaning (in-process word vectors): they take what the other tiers
-    leave of the budget, best first (``memory.recall``)."""
-
-    hits: int | None = Field(default=None, gt=0)  # optional cap: messages recalled at most
-    share: float | None = Field(default=None, gt=0, le=1)  # optional cap: of budget_tokens
-    min_score: float = Field(default=0.0, ge=0)  # optional floor on the fused score (0-1.2)
-    # Fuse the meaning of the words (wordllama's static vectors, computed in-process) with
-    # the words themselves; false: words only.
-    semantic: bool = True
-    semantic_weight: float = Field(default=0.6, ge=0, le=1)
-    neighbour_weight: float = Field(default=0.3, ge=0, le=1)
-    across_sessions: bool = True  # with X-User-Id: the user's last sessions too
-    # The newest messages of a session that recall searches (older ones are not read).
-    archive_messages: int = Field(default=20_000, gt=0)
-    embeddings: EmbeddingsConfig | None = None
-
-
-class CrossSessionTier(_Section):
-    """Seed 001's cross-conversation summary of the user's last sessions (X-User-Id)."""
-
-    sessions: int = Field(default=5, gt=0)
-    young_session_messages: int = Field(default=40, gt=0)  # sent while younger than this
-    idle_end_s: float = Field(default=1800, gt=0)  # an idle session counts as ended
-
-
-class PinsTier(_Section):
-    use: int = Field(default=5, gt=0)  # top pins by importance sent
-    # A user message starting "pin this:" or "remember:" becomes a pin (seed 004).
-    auto_pin: bool = True
-
-
-TierName = Literal[
-    "window_keep",
-    "pins",
-    "summaries",
-    "rolling",
-    "key_qa",
-    "facts",
-    "window",
-    "recall",
-    "profile",
-]
-
-
-class Composition(_Section):
-    """A named set of tiers, and the order in which they give way to the token budget."""
-
-    window: WindowTier = WindowTier()
-    chunks: ChunkTier | None = None
-    recursive: RecursiveTier | None = None
-    rolling: RollingTier | None = None
-    facts: FactsTier | None = None
-    pins: PinsTier | None = None
-    recall: RecallTier | None = None
-    cross_session: CrossSessionTier | None = None
-    # Filled in this order while the budget lasts; what is not reached is dropped. With
-    # recall, summaries and facts made without a model (fallbacks) come after it.
-    priority: list[TierName] = ["window_keep", "pins", "summaries", "window"]
-    # Dates in the memory block: today's, the window's, each summary's and each recalled
-    # excerpt's (the seeds' presets render as their documents describe, without them).
-    dates: bool = False
-
-    @model_validator(mode="after")
-    def _one_evolving_summary(self) -> Composition:
-        if self.recursive is not None and self.rolling is not None:
-            raise ValueError("recursive and rolling both write the one evolving summary")
-        return self
-
-
-# Each seed as written; every number is a config value (DESIGN.md's preset table).
-PRESETS: dict[str, Composition] = {
-    "rolling-window": Composition(  # seed 000
-        window=WindowTier(messages=21, keep_last=2),
-        chunks=ChunkTier(first_at=22, every=21, size=21, keep=3, use=3),
-        priority=["window_keep", "summaries", "window"],
-    ),
-    "recursive-summary": Composition(  # seed 001
-        window=WindowTier(messages=10, keep_last=2),
-        recursive=RecursiveTier(),
-        priority=["window_keep", "rolling", "window"],
-    ),
-    "rolling-summary": Composition(  # seed 002
-        window=WindowTier(messages=None, turns=3, keep_last=2),
-        rolling=RollingTier(),
-        priority=["window_keep", "rolling", "key_qa", "window"],
-    ),
-    "progressive": Composition(  # seed 003
-        window=WindowTier(messages=None, tokens=4000, keep_last=2, after_summarized=True),
-        chunks=ChunkTier(
-            first_at=20, every=16, size=16, lag=4, use=None, merge_over=5, extract_facts=True
-        ),
-        facts=FactsTier(use=15),
-        priority=["window_keep", "facts", "summaries", "window"],
-    ),
-    "hybrid": Composition(  # seed 004
-        window=WindowTier(messages=8, keep_last=3),
-        chunks=ChunkTier(first_at=15, every=15, size=15, use=3),
-        pins=PinsTier(use=5),
-        priority=["window_keep", "pins", "summaries", "window"],
-    ),
-    # Seed 004's tiers, plus what summaries lose: verbatim recall from the archive,
-    # durable facts (newer supersede older), and seed 001's cross-session profile. The
-    # fixed tiers come first; recall takes the rest of the budget.
-    "hybrid-recall": Composition(
-        window=WindowTier(messages=8, keep_last=3),
-        # Every request reads the whole tiers document: keeping all chunk summaries made it
-        # grow with the conversation. What older chunks held stays reachable by recall.
-        chunks=ChunkTier(first_at=15, every=15, size=15, use=3, keep=12),
-        pins=PinsTier(use=5),
-        # Facts are one short line each, and a fact the question does not name in its own
-        # words may be found here when recall misses it.
-        facts=FactsTier(use=15, extract_every=6),
-        recall=RecallTier(),
-        cross_session=CrossSessionTier(),
-        priority=["window_keep", "pins", "facts", "summaries", "profile", "window", "recall"],
-        dates=True,
-    ),
-}
-
-
 class MemoryConfig(_Section):
-    # The composition that wins bench/recall.py at the default budget (see the README).
+    # The composition that wins bench/recall.py at the default budget (docs/benchmarks.md).
     preset: PresetName = "hybrid-recall"
     budget_tokens: int = Field(default=3000, gt=0)
     # A custom composition replaces the preset's tiers entirely.
@@ -425,6 +232,10 @@ class MemoryConfig(_Section):
     # The sessions' archives a process keeps in memory for recall (``memory.archive``),
     # least recently used out first: about 1 KB a message.
     archive_cache_mb: int = Field(default=256, gt=0)
+    # Images of messages (docs/images.md): "store" keeps each once per session by its
+    # hash and sends it again while its message is in the window; "drop" keeps only a
+    # placeholder (the image is sent with its own turn only).
+    media: Literal["store", "drop"] = "store"
 
     @property
     def composition(self) -> Composition:
@@ -481,8 +292,8 @@ def is_placeholder(key: str) -> bool:
 
 
 class RateLimit(_Section):
-    """Limits on one tenant's or one key's use (part D of issue 22: rate limits counted in
-    Redis, so that every replica enforces the same numbers). 0: no limit."""
+    """Limits on one tenant's or one key's use, counted in Redis so that every replica
+    enforces the same numbers. 0: no limit."""
 
     requests_per_minute: int = Field(default=0, ge=0)
     # Prompt tokens forwarded plus completion tokens, charged once the answer is over; a
@@ -499,7 +310,7 @@ class RateLimit(_Section):
 
 class LimitsConfig(_Section):
     """Per-tenant and per-key request, token and concurrency limits (``limits:``), kept in
-    Redis (part D of issue 22). Off by default: every number 0."""
+    Redis. Off by default: every number 0."""
 
     tenant: RateLimit = RateLimit()  # each tenant (forward mode: each client key)
     key: RateLimit = RateLimit()  # each gateway key (auth.mode keys)
@@ -521,12 +332,12 @@ class GatewayKey(_Section):
     upstream_key: str | None = None
     quota_mb: float | None = Field(default=None, gt=0)  # stored bytes of its tenant
     name: str | None = Field(default=None, max_length=128)
-    # This key's own rate limits, over limits.key (rate limits, issue 22 part D).
+    # This key's own rate limits, over limits.key.
     limits: RateLimit | None = None
 
 
 class AuthConfig(_Section):
-    """Who may use the gateway (see the README's Security section)."""
+    """Who may use the gateway (docs/operations.md, "Security")."""
 
     # forward: each client's own key goes upstream and names its tenant; keys: the gateway
     # issues keys (listed here or made through /admin/keys) and holds the upstream keys.
@@ -585,7 +396,7 @@ class UIConfig(_Section):
 
 
 class ModelLimits(_Section):
-    """One ``models:`` entry (issue 23, model-aware budgets): what a model can take, so
+    """One ``models:`` entry: what a model can take, so
     that a request's budget is never more than its window minus room for the answer."""
 
     match: str = Field(min_length=1)  # a model name or glob pattern (fnmatch, any case)
@@ -613,8 +424,8 @@ class Settings(_Section):
     worker: WorkerConfig = WorkerConfig()
     ui: UIConfig = UIConfig()
     auth: AuthConfig = AuthConfig()
-    limits: LimitsConfig = LimitsConfig()  # rate limits (issue 22 part D)
-    # Models' context windows, first match wins (issue 23): none known by default.
+    limits: LimitsConfig = LimitsConfig()  # rate limits
+    # Models' context windows, first match wins: none known by default.
     models: list[ModelLimits] = []
 
     @model_validator(mode="after")

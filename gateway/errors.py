@@ -17,6 +17,10 @@
 
 Upstream 4xx/5xx answers are not errors of the gateway: they are passed through as they
 came. Every error reaches the client as ``{"error": {"message", "type", "param", "code"}}``.
+
+Two failures never reach a client and are not in that tree: a background model that could
+not answer (``SummarizerUnavailable``, ``EmbeddingsUnavailable``). The model adapters in
+``proxy/`` raise them and ``memory/`` falls back on them, so they live here, below both.
 """
 
 from __future__ import annotations
@@ -161,6 +165,14 @@ class UpstreamTimeout(UpstreamError):
     status = 504
     type = "upstream_timeout"
     code = "upstream_timeout"
+
+
+class SummarizerUnavailable(Exception):
+    """The summarizer model could not answer (unreachable, timeout, non-200, bad body)."""
+
+
+class EmbeddingsUnavailable(Exception):
+    """The embeddings model failed or did not answer in time: recall keeps its order."""
 
 
 def error_body(

@@ -25,27 +25,35 @@ the connection (or of its first byte, on a kept-alive connection), a body within
 upstream stream is closed at once). Each is one timer a connection, re-armed only when the
 connection changes state: a request read in one piece costs none. And one client address
 may hold at most ``max_connections_per_client`` connections at once: past that, a new one
-is answered 429 and closed as soon as it is made, before anything is read or parsed.
+is answered 429 and closed, before anything is read or parsed. Those answers are paced,
+``REFUSALS_PER_TURN`` a turn of the event loop: a client that reopens hundreds of refused
+connections at once (each costs ~0.1 ms) would otherwise hold the loop for tens of ms
+while every other client's request waited behind them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
-import functools
 import ipaddress
 import json
+import random
 import socket
 import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
-from uvicorn.server import ServerState
-
+from gateway.caching import memo
+from gateway.compat.uvicorn import (
+    STATUS_LINE,
+    Config,
+    FlowControl,
+    HttpToolsProtocol,
+    ServerState,
+)
 from gateway.errors import error_body
 
 TOO_LARGE = "Request line and headers too large."
@@ -74,6 +82,19 @@ class _Reading(enum.Enum):
 # Open connections per client address, per server (every protocol of one uvicorn server
 # shares its ServerState): the cap is per process, as the server's own bounds are.
 _OPEN: weakref.WeakKeyDictionary[ServerState, dict[str, int]] = weakref.WeakKeyDictionary()
+# Connections past the cap, waiting for their 429 (see ``_refuse_paced``).
+_REFUSING: weakref.WeakKeyDictionary[ServerState, collections.deque[BoundedHeadProtocol]] = (
+    weakref.WeakKeyDictionary()
+)
+REFUSALS_PER_TURN = 16
+# A refusal is answered after a random part of this, while few enough wait so (below):
+# refused connections reopened together then end apart, and a client reconnecting in a
+# loop comes back spread out rather than as one burst.
+REFUSAL_SPREAD_S = 1.0
+# How many refused connections may wait out their spread at once, per server: each holds
+# a descriptor meanwhile; past this they are answered at once (paced).
+SPREAD_REFUSALS = 128
+_SPREADING: weakref.WeakKeyDictionary[ServerState, list[int]] = weakref.WeakKeyDictionary()
 # A refused connection or a deadline is logged at most this often: an attack of a
 # thousand sockets must not become a thousand log lines.
 _WARN_EVERY_S = 10.0
@@ -94,7 +115,7 @@ def client_address(host: str) -> str:
     return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
 
 
-@functools.lru_cache(maxsize=8)
+@memo(maxsize=8)
 def _networks(
     trusted: tuple[str, ...],
 ) -> tuple[bool, list[ipaddress.IPv4Network | ipaddress.IPv6Network], set[str]]:
@@ -143,6 +164,14 @@ def _bound_send_buffer(transport: asyncio.Transport) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
 
 
+def _answer_refused(waiting: collections.deque[BoundedHeadProtocol]) -> None:
+    """Answer up to ``REFUSALS_PER_TURN`` queued refusals; the rest on the next turn."""
+    for _ in range(min(REFUSALS_PER_TURN, len(waiting))):
+        waiting.popleft()._refuse()
+    if waiting:
+        waiting[0].loop.call_soon(_answer_refused, waiting)
+
+
 class BoundedHeadProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol that refuses a request head past a size, bounds the
     time a client takes to send a request or to read a response, and caps one client
@@ -164,6 +193,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.heads = 0  # request heads read whole on this connection
         self.limits = limits or ClientLimits()
         self.counted_as: str | None = None  # the client address this connection counts for
+        self.refused = False  # past the cap: waits for its 429 (``_refuse_paced``)
         # What the client is expected to send now, and the deadline for it (one timer,
         # re-armed only when ``expecting`` changes: trickling bytes does not extend it).
         self.expecting: _Reading | None = _Reading.HEAD
@@ -171,11 +201,15 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.read_deadline: asyncio.TimerHandle | None = None
         self.head_started = False  # bytes of the current head have arrived
         self.write_deadline: asyncio.TimerHandle | None = None
+        # The read deadline passed while the gateway, not the client, held reading paused:
+        # a full deadline starts again when reading resumes.
+        self.deadline_deferred = False
 
     # Connection: the per-address cap.
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = _ReportingFlow(transport, self._reading_resumed)
         if self._over_the_cap():
             return
         _bound_send_buffer(transport)
@@ -194,14 +228,46 @@ class BoundedHeadProtocol(HttpToolsProtocol):
                 self.logger, "cap", "refused a connection: %d already open from one address", cap
             )
             self.expecting = None
-            message = f"too many open connections from one address (at most {cap})"
-            self._answer_and_close(
-                429, message, "rate_limit_error", "too_many_connections", b"retry-after: 1\r\n"
-            )
+            self.refused = True  # what it sends until its answer is dropped unread
+            self._refuse_spread()
             return True
         counts[address] = counts.get(address, 0) + 1
         self.counted_as = address
         return False
+
+    def _refuse_spread(self) -> None:
+        """This connection's 429 after a random part of ``REFUSAL_SPREAD_S`` (while at most
+        ``SPREAD_REFUSALS`` wait so), then paced."""
+        spreading = _SPREADING.setdefault(self.server_state, [0])
+        if spreading[0] >= SPREAD_REFUSALS:
+            self._refuse_paced()
+            return
+        spreading[0] += 1
+
+        def due() -> None:
+            spreading[0] -= 1
+            self._refuse_paced()
+
+        self.loop.call_later(random.uniform(0, REFUSAL_SPREAD_S), due)
+
+    def _refuse_paced(self) -> None:
+        """Queue this connection's 429; the queue is answered a few a loop turn, each
+        turn after the loop has polled for other clients' I/O."""
+        waiting = _REFUSING.get(self.server_state)
+        if waiting is None:
+            waiting = _REFUSING[self.server_state] = collections.deque()
+        waiting.append(self)
+        if len(waiting) == 1:
+            self.loop.call_soon(_answer_refused, waiting)
+
+    def _refuse(self) -> None:
+        if self.transport.is_closing():  # the client left while it waited
+            return
+        cap = self.limits.max_connections_per_client
+        message = f"too many open connections from one address (at most {cap})"
+        self._answer_and_close(
+            429, message, "rate_limit_error", "too_many_connections", b"retry-after: 1\r\n"
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self.read_deadline, self.write_deadline):
@@ -221,6 +287,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     # Reading: the head bound and the read deadlines.
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
         self._feed(data)
         expecting = self.expecting
         if expecting is None and (self.cycle is None or self.cycle.response_complete):
@@ -269,6 +337,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.expecting = None
 
     def _rearm_read_deadline(self) -> None:
+        self.deadline_deferred = False
         if self.read_deadline is not None:
             self.read_deadline.cancel()
             self.read_deadline = None
@@ -288,8 +357,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             return
         if self.flow.read_paused:
             # The wait is the gateway's, not the client's: the app has not taken the body
-            # read so far, or a pipelined request waits its turn. Not counted.
-            self._rearm_read_deadline()
+            # read so far, or a pipelined request waits its turn. Not counted: the client
+            # gets a whole deadline again once reading resumes (``_reading_resumed``).
+            self.deadline_deferred = True
             return
         waited_for = self.deadline_for
         _warn_rarely(
@@ -318,6 +388,10 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             return
         message = f"the {waited_for.value if waited_for else 'request'} took too long to arrive"
         self._answer_and_close(408, message, "invalid_request_error", "request_timeout")
+
+    def _reading_resumed(self) -> None:
+        if self.deadline_deferred and not self.transport.is_closing():
+            self._rearm_read_deadline()
 
     def _answer_and_close(
         self, status: int, message: str, type_: str, code: str, extra: bytes = b""
@@ -365,3 +439,17 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self.limits.write_timeout_s,
         )  # fmt: skip
         self.transport.abort()
+
+
+class _ReportingFlow(FlowControl):
+    """uvicorn's flow control, which also tells the protocol when reading resumes."""
+
+    def __init__(self, transport: asyncio.Transport, on_resume: Any) -> None:
+        super().__init__(transport)
+        self.on_resume = on_resume
+
+    def resume_reading(self) -> None:
+        was_paused = self.read_paused
+        super().resume_reading()
+        if was_paused:
+            self.on_resume()

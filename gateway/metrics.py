@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -30,10 +30,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import request_log
-from gateway.memory.model import PROMPT_ROLES
-from gateway.memory.model import Message as ChatMessage
-from gateway.memory.reconcile import Reconciled
-from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
+from gateway.compat.starlette import matched_path
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -101,7 +98,7 @@ STREAM_ERRORS = Counter(
     registry=REGISTRY,
 )
 # Requests sent again within a smaller budget after the upstream refused their context as
-# longer than the model's window (issue 23): many of them say a ``models:`` entry is due.
+# longer than the model's window: many of them say a ``models:`` entry is due.
 CONTEXT_RETRIES = Counter(
     "memory_gateway_context_retries",
     "Requests retried once with a smaller context after the upstream's context_length_exceeded",
@@ -186,44 +183,15 @@ def _op_name(call: Callable[..., Any]) -> str:
 
 
 def redis_call(call: Callable[..., Any], started: float) -> None:
-    _child(REDIS, _op_name(call)).observe(time.perf_counter() - started)
+    redis_op(_op_name(call), started)
+
+
+def redis_op(op: str, started: float) -> None:
+    """A store call's time; ``op``: the store operation (a name from code, never data)."""
+    _child(REDIS, op).observe(time.perf_counter() - started)
 
 
 # --- tokens ---
-
-
-def _estimate(messages: Sequence[ChatMessage]) -> int:
-    """~4 characters a token: what nothing counted. Tokenizing a whole resent history
-    would cost more than the metric is worth; a plain string (the usual content) is
-    measured without building its text."""
-    chars = 0
-    for message in messages:
-        content = message.content
-        chars += len(content) if isinstance(content, str) else len(message.text)
-    return TOKENS_PER_MESSAGE * len(messages) + chars // 4
-
-
-def tokens_sent(messages: Sequence[ChatMessage], plan: Reconciled) -> int:
-    """Tokens of the request's messages as the gateway counted them, without recounting.
-
-    The prompt and the new messages were counted when planned; a resent history lines up,
-    from its end, with the stored conversation (``plan.prior``), whose messages carry
-    their count; what does not line up, or goes past the loaded tail, is estimated.
-    """
-    total = TOKENS_PER_REPLY + sum(m.tokens for m in plan.prompt) + sum(m.tokens for m in plan.new)
-    history = [m for m in messages if m.role not in PROMPT_ROLES]
-    history = history[: len(history) - len(plan.new)]
-    prior = plan.prior
-    lined_up = min(len(history), len(prior))
-    unknown = history[: len(history) - lined_up]
-    for back in range(1, lined_up + 1):
-        known, message = prior[-back], history[-back]
-        # Content equality, not ``same_turn_as``: a cheap check is enough for a count.
-        if known.tokens and known.role == message.role and known.content == message.content:
-            total += known.tokens
-        else:
-            unknown.append(message)
-    return total + _estimate(unknown)
 
 
 def tokens(client: int, forwarded: int) -> None:
@@ -318,7 +286,7 @@ class MetricsMiddleware:
 
 
 def _route(scope: Scope) -> str:
-    return getattr(scope.get("route"), "path", None) or "unmatched"
+    return matched_path(scope) or "unmatched"
 
 
 def _observe(scope: Scope, request_timer: RequestTimer, status: int, headers_sent: float) -> None:

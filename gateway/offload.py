@@ -1,7 +1,7 @@
 """CPU-heavy work on a large input, in a worker thread instead of on the event loop.
 
 Every request shares the event loop: a 4 MiB message tokenized on it held every other
-tenant's requests for seconds (issue 22). Work whose cost grows with a request's size
+tenant's requests for seconds. Work whose cost grows with a request's size
 (parsing a large body, counting a long message's tokens, indexing it for recall) runs
 here when its input is at least ``HEAVY_CHARS`` long; below that it runs inline, where
 it costs less than the ~50-100 µs of a hop to a thread and back.

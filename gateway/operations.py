@@ -16,11 +16,12 @@ from typing import Any
 
 from gateway.errors import InvalidRequest, NotFound
 from gateway.memory.assemble import window_units
+from gateway.memory.branches import Branch
 from gateway.memory.export import iso_time, session_markdown
 from gateway.memory.model import Message, Pin, SessionState
 from gateway.memory.reconcile import Reconciled
-from gateway.memory.service import MemoryService
 from gateway.memory.tiers.pins import score_importance
+from gateway.service.memory_service import MemoryService
 from gateway.store.catalog import Catalog, ListedSession
 from gateway.store.keys import SessionKeys
 from gateway.worker import JobRunner
@@ -42,6 +43,17 @@ def message_view(message: Message) -> dict[str, Any]:
     if message.ts > 0:
         view["timestamp"] = iso_time(message.ts)
     return view
+
+
+def branch_view(branch: Branch) -> dict[str, Any]:
+    """An abandoned branch as the export shows it: marked, never part of ``messages``."""
+    return {
+        "abandoned": True,
+        "kind": branch.kind,
+        "branched_after": branch.kept,
+        "timestamp": iso_time(branch.at),
+        "messages": [message_view(m) for m in branch.messages],
+    }
 
 
 class SessionOperations:
@@ -182,6 +194,7 @@ class SessionOperations:
         meta = await self.store.meta(keys)
         view = self.view(keys, state)
         view["messages"] = [message_view(m) for m in messages]
+        view["abandoned_branches"] = [branch_view(b) for b in await self.store.branches(keys)]
         view["meta"] = {k: v for k, v in meta.items() if k in ("created", "updated", "ended")}
         return json.dumps(view, ensure_ascii=False)
 
@@ -189,7 +202,9 @@ class SessionOperations:
         state = await self.existing(keys)
         messages = await self.store.messages(keys, 1, -1)
         meta = await self.store.meta(keys)
-        return session_markdown(keys.session_id, meta, state, messages, self.view(keys, state))
+        branches = await self.store.branches(keys)
+        view = self.view(keys, state)
+        return session_markdown(keys.session_id, meta, state, messages, view, branches)
 
     async def erase(self, keys: SessionKeys) -> None:
         self.memory.archives.discard(keys)

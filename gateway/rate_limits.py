@@ -25,10 +25,10 @@ taken for a request its key's limit then refuses), and has no concurrency limit.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -44,12 +44,13 @@ from gateway import metrics, request_log
 from gateway.auth import Authenticator, Caller, key_id
 from gateway.config import RateLimit, Settings
 from gateway.errors import GatewayError, MemoryUnavailable, TooManyRequests
+from gateway.store import scripts
 from gateway.store.keys import PREFIX
 from gateway.store.redis_store import RedisStore, StoreUnavailable
 
 if TYPE_CHECKING:
     from gateway.memory.model import Message
-    from gateway.memory.service import Turn
+    from gateway.service.turn import Turn
     from gateway.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ WINDOW_S = 60
 # How long a refusal is repeated locally (see RateLimiter._refused): short beside any
 # Retry-After the gateway sends (at least 1 s), so a slot freed meanwhile is soon seen.
 REFUSAL_MEMO_S = 0.25
+# A refusal's answer waits a random part of this (see RateLimitMiddleware).
+REFUSAL_SPREAD_S = 1.0
 REFUSALS_KEPT = 10_000
 # The name a gateway key's tenant has (``Authenticator._gateway_key``), before its name.
 _GATEWAY_TENANT = "\x00gateway-tenant:"
@@ -67,54 +70,9 @@ LIMITED_PREFIXES = ("/v1/", "/memory/")
 # charge is made on the event loop, after the response.
 COUNTED_CHARS = 8_192
 
-# KEYS: per scope (the tenant, the key), five keys: requests in the previous and the
-# current minute, tokens in the previous and the current minute, the in-flight set.
-# ARGV: the previous minute's weight, now, lease id, lease expiry, counters' TTL, the
-# in-flight set's TTL; then per scope: requests a minute, tokens a minute, in flight
-# (0: no limit). Returns {-1} when admitted (the request counted, its lease taken), else
-# {scope, limit (1 requests, 2 tokens, 3 in flight), previous count, current count}.
-ADMIT_SCRIPT = """
-local weight, now = tonumber(ARGV[1]), tonumber(ARGV[2])
-local scopes = #KEYS / 5
-local function count(key)
-  return tonumber(redis.call('GET', key) or '0')
-end
-for s = 0, scopes - 1 do
-  local k, a = s * 5, 7 + s * 3
-  local rpm, tpm, most = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  if rpm > 0 then
-    local prev, curr = count(KEYS[k + 1]), count(KEYS[k + 2])
-    if prev * weight + curr + 1 > rpm then
-      return {s, 1, prev, curr}
-    end
-  end
-  if tpm > 0 then
-    local prev, curr = count(KEYS[k + 3]), count(KEYS[k + 4])
-    if prev * weight + curr + 1 > tpm then
-      return {s, 2, prev, curr}
-    end
-  end
-  if most > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[k + 5], '-inf', now)
-    if redis.call('ZCARD', KEYS[k + 5]) >= most then
-      return {s, 3, 0, 0}
-    end
-  end
-end
-for s = 0, scopes - 1 do
-  local k, a = s * 5, 7 + s * 3
-  if tonumber(ARGV[a]) > 0 then
-    redis.call('INCR', KEYS[k + 2])
-    redis.call('EXPIRE', KEYS[k + 2], ARGV[5])
-  end
-  if tonumber(ARGV[a + 2]) > 0 then
-    redis.call('ZADD', KEYS[k + 5], ARGV[4], ARGV[3])
-    redis.call('EXPIRE', KEYS[k + 5], ARGV[6])
-  end
-end
-return {-1}
-"""
-_ADMIT_SHA = hashlib.sha1(ADMIT_SCRIPT.encode()).hexdigest()
+# Admits a request or refuses it, for every scope at once (``store/scripts/admit.lua``).
+ADMIT_SCRIPT = scripts.source("admit")
+_ADMIT_SHA = scripts.sha("admit")
 
 _REQUESTS, _TOKENS, _IN_FLIGHT = 1, 2, 3
 
@@ -383,9 +341,11 @@ class RateLimiter:
         raise refused_now
 
     async def _run(self, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        (reply,) = await self.store.send([("EVALSHA", _ADMIT_SHA, len(keys), *keys, *args)])
+        call = ("EVALSHA", _ADMIT_SHA, len(keys), *keys, *args)
+        (reply,) = await self.store.execute([call], op="admit", needed=0)
         if isinstance(reply, NoScriptError):  # a restarted Redis: EVAL loads it again
-            (reply,) = await self.store.send([("EVAL", ADMIT_SCRIPT, len(keys), *keys, *args)])
+            call = ("EVAL", ADMIT_SCRIPT, len(keys), *keys, *args)
+            (reply,) = await self.store.execute([call], op="admit", needed=0)
         if isinstance(reply, Exception):
             raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
         return list(reply)
@@ -410,7 +370,7 @@ class RateLimiter:
         if not commands:
             return
         try:
-            await self.store.send(commands)
+            await self.store.execute(commands, op="rate_release", needed=0)
         except StoreUnavailable as error:
             # The lease lapses by itself (limits.lease_s); the tokens go uncounted.
             log.warning("rate-limit lease not released: %s", error)
@@ -436,6 +396,11 @@ class RateLimitMiddleware:
             lease = await self.limiter.admit(caller)
         except TooManyRequests as error:
             request_log.note(rate_limited=error.type)
+            # Answered after a random part of a second: refusals that arrive together (a
+            # client's connections reopened at once, its kept-alive ones timing out
+            # together) then end apart, and its retries with them, instead of coming back
+            # as one burst that every other client's requests wait behind.
+            await asyncio.sleep(random.uniform(0, REFUSAL_SPREAD_S))
             await _error_response(error)(scope, receive, send)
             return
         except MemoryUnavailable as error:

@@ -7,14 +7,20 @@ cached: it never changes while the data it names exists.
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
+from typing import Protocol
 
-from gateway.identity import bearer_key, tenant_id
-from gateway.store.redis_store import RedisStore
+from gateway.identity import tenant_id
+
+
+class SecretStore(Protocol):
+    """Where the shared secret is kept (the store; a Protocol, so that ``auth`` and the
+    store's gateway keys, which ``auth`` reads, do not import each other)."""
+
+    async def tenant_secret(self, timeout_s: float | None = None) -> bytes: ...
 
 
 class Tenants:
-    def __init__(self, store: RedisStore, configured_secret: str | None) -> None:
+    def __init__(self, store: SecretStore, configured_secret: str | None) -> None:
         self.store = store
         self._secret = configured_secret.encode() if configured_secret else None
 
@@ -22,9 +28,6 @@ class Tenants:
         """Fetch the shared secret now (start-up); raises ``StoreUnavailable``."""
         if self._secret is None:
             self._secret = await self.store.tenant_secret(timeout_s)
-
-    async def tenant_of(self, headers: Headers) -> str:
-        return await self.tenant_for(bearer_key(headers))
 
     async def tenant_for(self, name: str) -> str:
         """The tenant id of a client key (forward mode) or of a gateway key's tenant."""

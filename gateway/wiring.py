@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 
+from gateway import metrics
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.embedder import StaticEmbedder, single_threaded_blas
 from gateway.memory.summarizer import Summarizer
-from gateway.proxy.upstream import Upstream, UpstreamChatModel, UpstreamEmbeddings
-from gateway.store.loop_lag import MAX_EXTRA_S
+from gateway.proxy.models import UpstreamChatModel, UpstreamEmbeddings
+from gateway.proxy.upstream import Upstream
+from gateway.store.link import MAX_QUEUED_S
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
@@ -102,15 +104,15 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
         store=RedisStore(
             create_client(
                 redis_url,
-                # The socket's own limits leave room for the loop-lag allowance: the
-                # store's deadline (see loop_lag) is the one that decides.
-                timeout_s=request_timeout + MAX_EXTRA_S,
+                # The link's connections have no socket timeout (its deadline bounds each
+                # call); redis-py's own, for what still uses it, leave room for the
+                # link's allowance to a busy Redis.
+                timeout_s=request_timeout + MAX_QUEUED_S,
                 max_connections=settings.redis.max_connections,
                 cluster=settings.redis.cluster,
             ),
             timeout_s=request_timeout,
             retention_s=retention_s,
-            lag_tolerant=True,
             job_shards=settings.worker.job_shards,
         ),
         job_store=RedisStore(
@@ -126,6 +128,6 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
             job_shards=settings.worker.job_shards,
         ),
         chat_model=chat_model,
-        summarizer=Summarizer(chat_model, tokenizer),
+        summarizer=Summarizer(chat_model, tokenizer, outcome=metrics.summary_outcome),
         tokenizer=tokenizer,
     )

@@ -22,12 +22,14 @@ from collections.abc import Callable
 from typing import Literal
 
 from gateway import metrics
-from gateway.config import Composition, WorkerConfig
+from gateway.config import WorkerConfig
+from gateway.errors import EmbeddingsUnavailable
 from gateway.memory import durable, rerank
 from gateway.memory.jobs import Job, needed_range, run_job
 from gateway.memory.model import Message, Tiers
-from gateway.memory.rerank import Embedder, EmbeddingsUnavailable
+from gateway.memory.rerank import Embedder
 from gateway.memory.summarizer import Summarizer
+from gateway.presets import Composition
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import JobNotice, RedisStore, StoreUnavailable
 
@@ -268,17 +270,17 @@ class Worker:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Until ``stop`` is set; then each loop ends its current read (``block_ms``) and
-        jobs, for up to ``STOP_GRACE_S`` more, and is cancelled past that: a call still
-        waiting on a Redis node that went away must not hold up a shutdown. A job cut
-        short was not acknowledged: another worker takes it over."""
+        """Until ``stop`` is set; then each loop cancels its blocked read at once (see
+        ``_read``) and finishes its jobs, for up to ``STOP_GRACE_S`` more, and is cancelled
+        past that: a call still waiting on a Redis node that went away must not hold up a
+        shutdown. A job cut short was not acknowledged: another worker takes it over."""
         shards = range(self.store.job_shards)
         consumers = [asyncio.ensure_future(self._consume(shard, stop)) for shard in shards]
         stopping = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait([*consumers, stopping], return_when=asyncio.FIRST_COMPLETED)
             if stop.is_set():
-                await asyncio.wait(consumers, timeout=self.block_ms / 1000 + STOP_GRACE_S)
+                await asyncio.wait(consumers, timeout=STOP_GRACE_S)
         finally:
             for task in [*consumers, stopping]:
                 task.cancel()
@@ -304,9 +306,7 @@ class Worker:
                         count=self.concurrency,
                     )  # fmt: skip
                 if not notices:
-                    notices = await self.store.read_jobs(
-                        shard, self.consumer, count=self.concurrency, block_ms=self.block_ms
-                    )
+                    notices = await self._read(shard, stop)
                 await asyncio.gather(*(self._handle(n) for n in notices))
             except StoreUnavailable as error:
                 # A Redis that comes back empty (no persistence, a failover) has lost the
@@ -314,6 +314,32 @@ class Worker:
                 group_ready = False
                 log.warning("worker: redis unavailable (job shard %d): %s", shard, error)
                 await _sleep_or_stop(stop, 1.0)
+
+    async def _read(self, shard: int, stop: asyncio.Event) -> list[JobNotice]:
+        """The shard's new notices, waiting up to ``block_ms`` for one; none once ``stop``
+        is set, without waiting out the block.
+
+        Cancelling the read leaves nothing behind on the connection: redis-py closes a
+        connection whose reply was cut short (no later command can read this one's reply)
+        and Redis hands nothing to a blocked client that went away. A reply already on its
+        way is lost with the connection: its notices stay pending, and are reclaimed after
+        ``reclaim_idle_ms`` like a crashed consumer's.
+        """
+        read = asyncio.ensure_future(
+            self.store.read_jobs(
+                shard, self.consumer, count=self.concurrency, block_ms=self.block_ms
+            )
+        )
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([read, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not read.done():
+                read.cancel()
+            await asyncio.gather(read, stopped, return_exceptions=True)
+        # Notices that came with the stop are handled: that is what the grace is for.
+        return [] if read.cancelled() else read.result()
 
     async def _handle(self, notice: JobNotice) -> None:
         async with self._slots:

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from gateway.config import (
-    PRESETS,
     ConfigError,
     MemoryConfig,
     RedisConfig,
@@ -19,6 +18,7 @@ from gateway.config import (
     load_settings,
     parse_settings,
 )
+from gateway.presets import PRESETS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,10 @@ def test_defaults() -> None:
     settings = Settings()
     assert settings.server.host == "127.0.0.1"
     assert settings.server.port == 8080
-    assert settings.server.max_body_bytes == 4 * 1024 * 1024
+    assert settings.server.max_body_bytes == 32 * 1024 * 1024
+    assert settings.server.max_media_bytes == 20 * 1024 * 1024
+    assert settings.upstream.max_request_bytes == 32 * 1024 * 1024
+    assert settings.memory.media == "store"
     assert settings.server.tenant_secret is None
     assert settings.upstream.base_url == "https://api.openai.com/v1"
     assert settings.upstream.api_key is None

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from devsupport.servers import ServerThread
+from gateway import http_protocol
 from gateway.http_protocol import BoundedHeadProtocol, ClientLimits, client_address, is_trusted
-from tests.support.servers import ServerThread
 
 LIMIT = 8 * 1024
 seen: list[str] = []
@@ -118,8 +119,9 @@ events: list[str] = []
 
 
 async def limits_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """/echo: the body's size, read at once; /lazy: the body read after 1 s (the server
-    pauses reading meanwhile); /endless: 64 KiB chunks until the client is gone."""
+    """/echo: the body's size, read at once; /lazy: the body read after 1 s, or after the
+    query's seconds (the server pauses reading meanwhile); /endless: 64 KiB chunks until
+    the client is gone."""
     if scope["type"] != "http":
         return
     path = scope["path"]
@@ -134,7 +136,7 @@ async def limits_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             events.append("endless ended")
         return
     if path == "/lazy":
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(float(scope["query_string"] or 1.0))
     size, more = 0, True
     while more:
         message = await receive()
@@ -143,6 +145,7 @@ async def limits_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             return
         size += len(message.get("body", b""))
         more = message.get("more_body", False)
+    events.append(f"{path} read {size}")
     answer = str(size).encode()
     headers = [(b"content-length", str(len(answer)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -261,6 +264,24 @@ def test_a_body_the_app_is_slow_to_take_is_not_the_clients_delay(limited: Server
     assert answer.endswith(str(len(body)).encode())
 
 
+def test_the_client_gets_a_whole_body_deadline_once_the_app_takes_the_body(
+    limited: ServerThread,
+) -> None:
+    # The app takes the body after 0.8 s; the deadline that passed meanwhile (0.5 s) is
+    # not the client's, which then has a whole 0.5 s from when reading resumed: its
+    # last bytes at 1.1 s are in time (had the deadline merely moved to 1.0 s, not).
+    start = b"POST /lazy?0.8 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+    first, rest = b"b" * (1 << 18), b"b" * 1000
+    with connect(limited) as sock:
+        sent = time.monotonic()
+        sock.sendall(start + b"Content-Length: %d\r\n\r\n" % (len(first) + len(rest)) + first)
+        time.sleep(max(0.0, sent + 1.1 - time.monotonic()))
+        sock.sendall(rest)
+        answer, _ = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert answer.endswith(str(len(first) + len(rest)).encode())
+
+
 def test_kept_alive_requests_are_served_then_an_idle_connection_is_closed(
     limited: ServerThread,
 ) -> None:
@@ -308,6 +329,32 @@ def test_past_the_cap_a_client_address_gets_429_and_others_are_still_served() ->
         finally:
             for sock in held:
                 sock.close()
+
+
+def test_a_burst_past_the_cap_is_refused_whole_and_no_refused_request_reaches_the_app() -> None:
+    """Refusals are spread over up to ``REFUSAL_SPREAD_S`` and paced over loop turns
+    (http_protocol._refuse_spread); meanwhile what a refused client sends is not read:
+    its request must never run, and the connections within the cap are served."""
+    events.clear()
+    # More than may wait out the spread: the rest are answered at once, paced.
+    count = http_protocol.SPREAD_REFUSALS + 5 * http_protocol.REFUSALS_PER_TURN
+    with limited_server() as server:
+        held = [connect(server) for _ in range(CAP)]
+        burst = [connect(server) for _ in range(count)]
+        try:
+            for sock in burst:
+                sock.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 7\r\n\r\nrefused")
+            held[0].sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nheld")
+            assert held[0].recv(65536).startswith(b"HTTP/1.1 200")
+            started = time.monotonic()
+            answers = [read_until_closed(sock)[0] for sock in burst]
+            assert all(a.startswith(b"HTTP/1.1 429") for a in answers), {a[:30] for a in answers}
+            assert time.monotonic() - started < http_protocol.REFUSAL_SPREAD_S + 2
+        finally:
+            for sock in held + burst:
+                sock.close()
+    assert "/echo read 4" in events
+    assert "/echo read 7" not in events, "a refused connection's request was served"
 
 
 def test_trusted_proxies_are_not_capped() -> None:

@@ -14,10 +14,11 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from gateway import metrics
+from gateway.memory.accounting import tokens_sent
+from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.model import Message
 from gateway.memory.reconcile import Reconciled
 from gateway.routes.metrics import JobBacklog, JobBacklogReader, backlog_from
-from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 
 
 class Store:
@@ -62,7 +63,7 @@ def test_tokens_sent_take_stored_counts_for_a_resent_history() -> None:
         msg("assistant", "first answer"),
         msg("user", "second question"),
     ]
-    assert metrics.tokens_sent(sent, plan) == TOKENS_PER_REPLY + 5 + 11 + 13 + 7
+    assert tokens_sent(sent, plan) == TOKENS_PER_REPLY + 5 + 11 + 13 + 7
 
 
 def test_tokens_sent_estimate_what_goes_past_the_stored_tail() -> None:
@@ -72,7 +73,7 @@ def test_tokens_sent_estimate_what_goes_past_the_stored_tail() -> None:
     older = msg("user", "x" * 400)  # not in the loaded tail: ~4 characters a token
     sent = [older, msg("assistant", "known answer"), msg("user", "next")]
     expected = TOKENS_PER_REPLY + 4 + 13 + TOKENS_PER_MESSAGE + 100
-    assert metrics.tokens_sent(sent, plan) == expected
+    assert tokens_sent(sent, plan) == expected
 
 
 def test_tokens_sent_do_not_borrow_counts_from_a_history_that_differs() -> None:
@@ -80,7 +81,7 @@ def test_tokens_sent_do_not_borrow_counts_from_a_history_that_differs() -> None:
     new = (msg("user", "next", 4),)
     plan = Reconciled(prompt=(), prior=stored, to_record=new, new=new)
     sent = [msg("assistant", "an edited answer"), msg("user", "next")]
-    assert metrics.tokens_sent(sent, plan) == TOKENS_PER_REPLY + 4 + TOKENS_PER_MESSAGE + 4
+    assert tokens_sent(sent, plan) == TOKENS_PER_REPLY + 4 + TOKENS_PER_MESSAGE + 4
 
 
 def test_the_backlog_from_redis_replies() -> None:
@@ -101,33 +102,19 @@ def test_the_backlog_without_lag_or_stream() -> None:
 
 
 class CountingStore:
-    """A store whose pipeline answers a fixed backlog and counts its round trips."""
+    """A store whose round trip answers a fixed backlog (as Redis sends it) and counts
+    its round trips."""
 
     def __init__(self) -> None:
         self.trips = 0
-        self.client = self
         self.job_shards = 2
 
-    def pipeline(self, transaction: bool) -> CountingStore:
-        return self
-
-    async def __aenter__(self) -> CountingStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None  # xinfo_groups, xlen, xrange: queued
-
-    async def execute(self, raise_on_error: bool) -> list[Any]:
+    async def execute(self, commands: list[tuple[Any, ...]], **options: Any) -> list[Any]:
         self.trips += 1
-        shard = [[{"name": "summarizers", "pending": 0, "lag": self.trips}], 0, []]
-        other = [[{"name": "summarizers", "pending": 1, "lag": 10 * self.trips}], 0, []]
-        return [*shard, *other]
-
-    async def time(self) -> tuple[int, int]:
-        return (0, 0)
+        shard = [[{b"name": b"summarizers", b"pending": 0, b"lag": self.trips}], 0, []]
+        other = [[[b"name", b"summarizers", b"pending", 1, b"lag", 10 * self.trips]], 0, []]
+        assert len(commands) == 3 * self.job_shards + 1  # and the server's clock
+        return [*shard, *other, [b"0", b"0"]]
 
 
 async def test_the_backlog_is_read_at_most_once_per_cache_period() -> None:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import tokens
+from gateway.compat.tiktoken import cached_locally
 from gateway.memory.model import Message
 from gateway.tokens import (
     OFFLINE_ENCODING,
@@ -81,23 +82,23 @@ def test_empty_cache_dir_variable_means_no_cache(
     (default / "data-gym-cache" / hashlib.sha1(O200K_URL.encode()).hexdigest()).write_bytes(b"x")
     monkeypatch.setattr(tempfile, "tempdir", str(default))
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
-    assert not tokens._cached_locally("o200k_base")
+    assert not cached_locally("o200k_base")
     assert encoding_for_model("gpt-4o").name == OFFLINE_ENCODING
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
-    assert tokens._cached_locally("o200k_base")  # the default directory, now really used
+    assert cached_locally("o200k_base")  # the default directory, now really used
 
 
 def test_cached_locally(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not tokens._cached_locally("o200k_base")
+    assert not cached_locally("o200k_base")
     (offline / hashlib.sha1(O200K_URL.encode()).hexdigest()).write_bytes(b"x")
-    assert tokens._cached_locally("o200k_base")
-    assert not tokens._cached_locally("cl100k_base")
-    assert not tokens._cached_locally("r50k_base")  # not one we know how to look for
+    assert cached_locally("o200k_base")
+    assert not cached_locally("cl100k_base")
+    assert not cached_locally("r50k_base")  # not one we know how to look for
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
     monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(offline))
-    assert tokens._cached_locally("o200k_base")
+    assert cached_locally("o200k_base")
     monkeypatch.setenv("DATA_GYM_CACHE_DIR", "")
-    assert not tokens._cached_locally("o200k_base")
+    assert not cached_locally("o200k_base")
 
 
 def test_count_message() -> None:

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from gateway.config import PRESETS
 from gateway.memory.jobs import Job
 from gateway.memory.summarizer import Summarizer
+from gateway.presets import PRESETS
 from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import StoreUnavailable
+from gateway.store.redis_store import JobNotice, StoreUnavailable
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner, Worker
 
@@ -103,4 +103,63 @@ async def test_a_stopping_worker_does_not_wait_for_a_read_that_never_returns(
     await asyncio.sleep(0.1)
     assert not running.done()  # reading its 3 shards
     stop.set()
-    await asyncio.wait_for(running, 2)  # block_ms + the grace, then cancelled
+    await asyncio.wait_for(running, 2)  # the reads are cancelled at once
+
+
+class OneNotice(Stuck):
+    """One shard holding one notice; reads after it never return. Acks are counted."""
+
+    job_shards = 1
+
+    def __init__(self) -> None:
+        self.notices = [JobNotice(b"1-0", SessionKeys("t", "s"), "job-1")]
+        self.acked: list[JobNotice] = []
+
+    async def read_jobs(self, shard: int, consumer: str, **_: Any) -> list[Any]:
+        if self.notices:
+            return [self.notices.pop()]
+        return await super().read_jobs(shard, consumer)
+
+    async def ack_job(self, notice: JobNotice) -> None:
+        self.acked.append(notice)
+
+
+class HeldJobs:
+    """A runner whose jobs run until ``done`` is set."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.done = asyncio.Event()
+
+    async def run_notice(self, notice: JobNotice) -> str:
+        self.started.set()
+        await self.done.wait()
+        return "written"
+
+
+async def test_a_stopping_worker_lets_its_running_job_finish_and_acknowledges_it() -> None:
+    store, jobs = OneNotice(), HeldJobs()
+    worker = Worker(store, jobs, block_ms=5000)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    await asyncio.wait_for(jobs.started.wait(), 2)
+    stop.set()
+    await asyncio.sleep(0.05)
+    assert not running.done()  # the job has its grace
+    jobs.done.set()
+    await asyncio.wait_for(running, 2)
+    assert [n.job_id for n in store.acked] == ["job-1"] and worker.processed == 1
+
+
+async def test_a_job_still_running_after_the_grace_is_cancelled_unacknowledged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("gateway.worker.STOP_GRACE_S", 0.1)
+    store, jobs = OneNotice(), HeldJobs()
+    worker = Worker(store, jobs, block_ms=5000)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    await asyncio.wait_for(jobs.started.wait(), 2)
+    stop.set()
+    await asyncio.wait_for(running, 2)
+    assert store.acked == [] and worker.processed == 0  # left pending: reclaimed later

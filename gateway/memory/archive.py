@@ -11,7 +11,7 @@ Notes:
     Every such change gives the session a new *generation* (a random token in its meta
     hash, new again when the session is erased and started over), and a process trusts
     what it holds only under the generation it read it with. The load script compares
-    them (see ``store.redis_store.LOAD_SCRIPT``): same generation, the process reads the
+    them (see ``store/scripts/load.lua``): same generation, the process reads the
     messages after those it holds; the one before, it drops what the change replaced
     first; anything else, it reads the session again.
 
@@ -40,7 +40,7 @@ K = TypeVar("K", bound=Hashable)
 # What a message costs the process beyond its text: the Message, its postings and lengths.
 _PER_MESSAGE_BYTES = 400
 
-# Indexing one message is bounded in time and memory whatever its size (issue 22). A
+# Indexing one message is bounded in time and memory whatever its size. A
 # long text is read in pieces of PIECE_CHARS, cut at a space: each is one short hold of
 # the GIL, so a thread indexing a long message leaves the event loop its turns. At most
 # MAX_STEMMED distinct words are stemmed (stemming is the costly step) and MAX_TERMS

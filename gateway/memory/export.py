@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from gateway.memory.branches import Branch
 from gateway.memory.model import Message, SessionState, content_text
 
 
@@ -28,8 +29,10 @@ def session_markdown(
     state: SessionState,
     messages: Sequence[Message],
     view: Mapping[str, Any],
+    branches: Sequence[Branch] = (),
 ) -> str:
-    """Metadata, the short-term window, the medium-term summary, and the other tiers."""
+    """Metadata, the short-term window, the medium-term summary, the other tiers, the
+    transcript, and the abandoned branches (marked, apart from the transcript)."""
     rolling = state.tiers.rolling
     lines = [
         f"# Session: {session_id}",
@@ -60,4 +63,13 @@ def session_markdown(
         lines += ["", "## Pins", *(f"- ({p.importance:.2f}) {p.content}" for p in state.pins)]
     lines += ["", "## Full Transcript"]
     lines += [_line(m.index, m.role, m.text) for m in messages]
+    if branches:
+        lines += ["", "## Abandoned Branches (not part of the conversation)"]
+    for branch in branches:
+        reason = "edited" if branch.kind == "edit" else "regenerated"
+        lines += [
+            "",
+            f"### Abandoned after message {branch.kept} ({reason}, {iso_time(branch.at)})",
+        ]
+        lines += [_line(m.index, m.role, m.text) for m in branch.messages]
     return "\n".join(lines) + "\n"

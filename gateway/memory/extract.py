@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.memory.counting import TextCounter
 from gateway.memory.model import KeyQA, Message
 from gateway.memory.summary_rules import (
     CHARS_PER_WORD,
@@ -34,7 +35,6 @@ from gateway.memory.summary_rules import (
     render_message,
     section_of,
 )
-from gateway.tokens import TokenCounter
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
@@ -293,7 +293,7 @@ def render_sections(sections: dict[str, list[str]]) -> str:
     return "\n\n".join(blocks)
 
 
-def _cut_to_tokens(text: str, budget: int, counter: TokenCounter) -> str:
+def _cut_to_tokens(text: str, budget: int, counter: TextCounter) -> str:
     """The longest prefix of ``text`` within ``budget`` tokens (the last guard)."""
     low, high = 0, len(text)
     while low < high:
@@ -307,7 +307,7 @@ def _cut_to_tokens(text: str, budget: int, counter: TokenCounter) -> str:
     return text[:low]
 
 
-def fit_sections(pieces: Sequence[_Piece], budget: int, counter: TokenCounter) -> str:
+def fit_sections(pieces: Sequence[_Piece], budget: int, counter: TextCounter) -> str:
     """The four sections holding the best pieces, within ``budget`` tokens, always."""
     overhead = counter.count_text(render_sections({}))
     costs: dict[str, int] = {}
@@ -344,7 +344,7 @@ def section_pieces(text: str | None) -> list[_Piece]:
 
 
 def fallback_recursive(
-    previous: str | None, messages: Sequence[Message], budget: int, counter: TokenCounter
+    previous: str | None, messages: Sequence[Message], budget: int, counter: TextCounter
 ) -> str:
     """Seed 001's four sections: the previous items plus the user's new fact-like lines."""
     old = section_pieces(previous)

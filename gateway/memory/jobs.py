@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from gateway.config import Composition
 from gateway.memory import durable
 from gateway.memory.model import Fact, Message, RollingSummary, Summary, Tiers
+from gateway.presets import Composition
 
 if TYPE_CHECKING:
     from gateway.memory.summarizer import Summarizer

@@ -6,13 +6,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway import codec
-from gateway.short_cache import remembered_when_short
+from gateway import codec, media
+from gateway.caching import BoundedMap, memo_when_short
 
 # Roles that are part of the conversation record and get an index; system/developer
 # messages belong to the client's prompt, not to the conversation.
 CONVERSATION_ROLES = frozenset({"user", "assistant", "tool", "function"})
 PROMPT_ROLES = frozenset({"system", "developer"})
+# Derived values one Tiers keeps (``Tiers.derived``): one a composition and model in use.
+DERIVED_ENTRIES = 8
 
 
 def content_text(content: Any) -> str:
@@ -28,8 +30,7 @@ def content_text(content: Any) -> str:
                 if isinstance(part.get("text"), str):
                     parts.append(part["text"])
                 elif part.get("type") == "image_url":
-                    url = (part.get("image_url") or {}).get("url", "")
-                    parts.append(f"[image {url[:64]}]")
+                    parts.append(media.placeholder(part))  # never its bytes
                 elif isinstance(part.get("refusal"), str):
                     parts.append(part["refusal"])
             elif isinstance(part, str):
@@ -118,7 +119,7 @@ class Message:
 # place: a content-addressed cache, which cannot be stale whoever wrote since (another
 # replica, an erasure: erased bytes are simply never read again). Nothing mutates a
 # Message's content. Bounded in entries and in the size of what it keeps.
-@remembered_when_short(limit=4096, maxsize=8192)
+@memo_when_short(limit=4096, maxsize=8192)
 def _parse(raw: str | bytes, index: int) -> Message:
     # Built in one call, not from_openai + replace: every request parses the session's
     # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
@@ -288,6 +289,16 @@ class Tiers:
     key_qa: tuple[KeyQA, ...] = ()  # oldest first
     facts: tuple[Fact, ...] = ()  # oldest first
     facts_end: int = 0  # the last message durable facts were extracted from
+    # What is made of these tiers alone (the memory block's items of them, for a
+    # composition and a counter: ``block.tier_items``), kept with the value it is made
+    # of: it lives as long as this parse, which the store reuses while the stored bytes
+    # are unchanged. Not part of the value (equality, repr); a changed copy starts empty.
+    derived: BoundedMap[Any, Any] = field(
+        default_factory=lambda: BoundedMap(DERIVED_ENTRIES),
+        init=False,
+        repr=False,
+        compare=False,
+    )
 
     def to_json(self) -> str:
         return json.dumps(

@@ -17,10 +17,6 @@ from typing import Protocol
 from gateway.memory.recall import Hit
 
 
-class EmbeddingsUnavailable(Exception):
-    """The embeddings model failed or did not answer in time: recall keeps its order."""
-
-
 class Embedder(Protocol):
     async def embed(self, texts: list[str]) -> list[list[float]]: ...
 

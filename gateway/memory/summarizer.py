@@ -9,7 +9,8 @@ INTERFACE CONTRACT (implemented by a helper; do not change signatures without te
     @dataclass(frozen=True) class Written: text: str; fallback: bool
 
     class Summarizer:
-        def __init__(self, model: ChatModel | None, counter: TokenCounter) -> None
+        def __init__(self, model: ChatModel | None, counter: TextCounter,
+                     *, outcome: Callable[[str], None] = <ignored>) -> None
         async def chunk(self, messages: Sequence[Message]) -> Written
         async def recursive(self, previous: str | None, messages: Sequence[Message],
                             *, start: int, end: int, limit_tokens: int = 7000) -> Written
@@ -79,11 +80,12 @@ clock, no randomness.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway import metrics
+from gateway.errors import SummarizerUnavailable
+from gateway.memory.counting import TextCounter
 from gateway.memory.extract import (
     USER_BONUS,
     fallback_chunk,
@@ -116,13 +118,8 @@ from gateway.memory.summary_rules import (
     rolling_limits,
     summary_problem,
 )
-from gateway.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
-
-
-class SummarizerUnavailable(Exception):
-    """The summarizer model could not answer (unreachable, timeout, non-200, bad body)."""
 
 
 class ChatModel(Protocol):
@@ -306,14 +303,22 @@ MERGE_PROMPT = "{summaries}"
 class Summarizer:
     """Writes every kind of summary with the model, or without it when it fails."""
 
-    def __init__(self, model: ChatModel | None, counter: TokenCounter) -> None:
+    def __init__(
+        self,
+        model: ChatModel | None,
+        counter: TextCounter,
+        *,
+        outcome: Callable[[str], None] = lambda outcome: None,
+    ) -> None:
         self.model = model
         self.counter = counter
+        # Told each answer's fate ("ok", "rejected", "failed", "fallback"): the metrics.
+        self.outcome = outcome
 
     async def _ask(self, kind: str, system: str, prompt: str, *, max_tokens: int) -> str | None:
         """The model's cleaned answer, or None when it is unavailable (or not configured)."""
         if self.model is None:
-            metrics.summary_outcome("fallback")
+            self.outcome("fallback")
             return None
         messages = [
             {"role": "system", "content": f"{marker(kind)}\n{system}"},
@@ -323,14 +328,13 @@ class Summarizer:
             answer = await self.model.complete(messages, max_tokens=max_tokens)
         except SummarizerUnavailable as error:
             log.warning("summarizer %s: model unavailable (%s); using the fallback", kind, error)
-            metrics.summary_outcome("failed")
+            self.outcome("failed")
             return None
         return clean(answer)
 
-    @staticmethod
-    def _rejected(kind: str, problem: str) -> None:
+    def _rejected(self, kind: str, problem: str) -> None:
         log.info("summarizer %s: rejected the answer (%s); using the fallback", kind, problem)
-        metrics.summary_outcome("rejected")
+        self.outcome("rejected")
 
     async def _summary(
         self, kind: str, system: str, prompt: str, source: str, limits: Limits, max_tokens: int
@@ -345,7 +349,7 @@ class Summarizer:
         if problem is not None:
             self._rejected(kind, problem)
             return None
-        metrics.summary_outcome("ok")
+        self.outcome("ok")
         return text
 
     async def chunk(self, messages: Sequence[Message]) -> Written:
@@ -427,7 +431,7 @@ class Summarizer:
         if problem is not None:
             self._rejected(kind, problem)
             return None
-        metrics.summary_outcome("ok")
+        self.outcome("ok")
         return text
 
     async def fold(
@@ -474,7 +478,7 @@ class Summarizer:
         if text is not None:
             pair = parse_key_qa(text, f"{question}\n{answer}")
             if pair is not None:
-                metrics.summary_outcome("ok")
+                self.outcome("ok")
                 return pair, False
             self._rejected("key-qa", "not a valid key pair")
         return fallback_key_qa(question, answer), True
@@ -490,7 +494,7 @@ class Summarizer:
         if text is not None:
             found = parse_facts(text, rendered, limit)
             if found is not None:
-                metrics.summary_outcome("ok")
+                self.outcome("ok")
                 return found, False
             self._rejected("facts", "not a valid list of facts")
         return fallback_facts(messages, limit), True

@@ -12,7 +12,7 @@ import re
 
 import Stemmer
 
-from gateway.short_cache import remembered_when_short
+from gateway.caching import memo_when_short
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
 # Words too common to tell messages apart; numbers and names are what recall is for.
@@ -59,7 +59,7 @@ def stems(tokens: list[str]) -> list[str]:
 
 # The new user message is split at every request (its terms, its query); a message going
 # into a session's archive once. Only short texts are kept, so the cache stays small.
-@remembered_when_short(limit=4096, maxsize=1024)
+@memo_when_short(limit=4096, maxsize=1024)
 def terms(text: str) -> tuple[str, ...]:
     """The indexed terms of a text, in order."""
     return tuple(stems(words(text)))

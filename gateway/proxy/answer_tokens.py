@@ -3,7 +3,7 @@ and with bounded work, however long the answer.
 
 An answer can be as long as ``upstream.max_response_bytes``: a client that left an
 endless stream leaves the gateway that much text to count, and counting it on the event
-loop froze every other request for tens of seconds (issue 22). So:
+loop froze every other request for tens of seconds. So:
 
 * an answer shorter than ``offload.HEAVY_CHARS`` is counted on the loop once the response
   is complete (cheaper there than a hop to a thread);

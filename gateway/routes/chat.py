@@ -1,9 +1,11 @@
-"""``POST /v1/chat/completions``: the memory proxy.
+"""``POST /v1/chat/completions`` and ``POST /v1/responses``: the memory proxy.
 
-For a request with ``X-Session-Id``: load the session (one Redis round trip), plan the
-context (pure), forward it, relay the answer as it arrives, and record the turn once the
-upstream has ended it cleanly — before the last bytes reach the client, so a client that
-saw ``[DONE]`` finds its turn in memory on its next request.
+One pipeline serves both APIs; what differs between them (body, answer, stream) is the
+route's ``Dialect`` (``gateway/dialects``). For a request with ``X-Session-Id``: load the
+session (one Redis round trip), plan the context (pure), forward it, relay the answer as
+it arrives, and record the turn once the upstream has ended it cleanly — before the last
+bytes reach the client, so a client that saw ``[DONE]`` (or ``response.completed``) finds
+its turn in memory on its next request.
 """
 
 from __future__ import annotations
@@ -20,35 +22,24 @@ from starlette.responses import Response
 
 from gateway import codec, metrics, rate_limits, request_log
 from gateway.auth import Authenticator, Caller
-from gateway.chat_request import ChatRequest, check_turn_tool_results, parse_chat_request_off_loop
+from gateway.chat_request import check_turn_tool_results
 from gateway.config import Settings
+from gateway.dialects import Dialect, ProxiedRequest, StreamWatcher
+from gateway.dialects.chat import CHAT
 from gateway.errors import (
     InvalidRequest,
     MemoryUnavailable,
     UpstreamError,
     UpstreamTimeout,
     UpstreamUnreachable,
-    sse_error_event,
 )
 from gateway.identity import Identity, MemoryMode, header_id, memory_mode
 from gateway.memory.model import Message
-from gateway.memory.model_budget import (
-    Ceilings,
-    context_overflow,
-    requested_output,
-    retry_budget,
-)
-from gateway.memory.service import MemoryService, Turn
-from gateway.proxy.accumulate import message_from_completion
+from gateway.memory.model_budget import Ceilings, context_overflow, retry_budget
 from gateway.proxy.answer_tokens import note_tokens_out
+from gateway.proxy.body import UpstreamResponseTooLarge, UpstreamStreamBroken
 from gateway.proxy.headers import media_type, request_headers
-from gateway.proxy.upstream import (
-    Upstream,
-    UpstreamResponse,
-    UpstreamResponseTooLarge,
-    UpstreamStreamBroken,
-)
-from gateway.proxy.watch import StreamWatch, split_at_done
+from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.relay import (
     CLIENT_CLOSED,
@@ -60,6 +51,8 @@ from gateway.routes.relay import (
     streamed,
     unless_client_leaves,
 )
+from gateway.service.memory_service import MemoryService
+from gateway.service.turn import Turn
 from gateway.store.redis_store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -67,12 +60,11 @@ log = logging.getLogger(__name__)
 _MEMORY_OFF = {"x-memory-status": "off"}
 # Memory was used, but the upstream gave no answer to record (an error status).
 NOT_RECORDED = "not_recorded"
-# A stream whose turn could not be stored ends with this instead of [DONE].
-_NOT_STORED_EVENT = sse_error_event(
+# A stream whose turn could not be stored ends with this error instead of its
+# acknowledgement ([DONE], response.completed).
+_NOT_STORED = (
     "the answer was not stored in memory (memory store unavailable); resend the turn to "
-    "have it remembered",
-    "memory_error",
-    "memory_not_recorded",
+    "have it remembered"
 )
 
 
@@ -97,7 +89,9 @@ def _unanswered(memory_headers: dict[str, str]) -> dict[str, str]:
     return {**memory_headers, "x-memory-status": NOT_RECORDED}
 
 
-class ChatCompletions:
+class MemoryProxy:
+    """The memory proxy of one API, told by its ``dialect`` (chat completions by default)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -106,9 +100,11 @@ class ChatCompletions:
         memory: MemoryService,
         auth: Authenticator,
         passthrough: Passthrough,
+        dialect: Dialect = CHAT,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.dialect = dialect
         self.upstream = upstream
         self.memory = memory
         self.auth = auth
@@ -131,12 +127,12 @@ class ChatCompletions:
         body = await read_body(request, self.settings.server.max_body_bytes)
         mode = memory_mode(request.headers)
         user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
-        chat = await parse_chat_request_off_loop(body, self.settings.server)
+        parsed = await self.dialect.parse(body, self.settings.server)
         request_log.note(
             session_id=request_log.client_string(session_id),
             memory_mode=mode.value,
-            model=request_log.client_string(chat.model),
-            stream=chat.stream,
+            model=request_log.client_string(parsed.model),
+            stream=parsed.stream,
         )
         if mode is MemoryMode.OFF:
             return await self.passthrough.forward(request, caller, body=body, extra=_MEMORY_OFF)
@@ -152,10 +148,11 @@ class ChatCompletions:
                 caller.tenant, session_id, user_id, mode, caller.quota_bytes, caller.users
             )
             # The model's budget, or less when it refused a larger context lately.
-            budget = self.memory.budget_for(chat.model, requested_output(chat.body))
-            budget = self.ceilings.bound(chat.model, budget, self.clock())
+            requested = self.dialect.requested_output(parsed.body)
+            budget = self.memory.budget_for(parsed.model, requested)
+            budget = self.ceilings.bound(parsed.model, budget, self.clock())
             turn = await self.memory.prepare(
-                identity, chat.messages, chat.model, budget_tokens=budget
+                identity, parsed.messages, parsed.model, budget_tokens=budget
             )
         except StoreUnavailable as error:
             if self.settings.redis.on_failure == "closed":
@@ -167,15 +164,15 @@ class ChatCompletions:
             return await self.passthrough.forward(
                 request, caller, body=body, extra={"x-memory-status": "degraded"}
             )
-        check_turn_tool_results(chat.messages, turn.plan.new, turn.plan.prior)
+        check_turn_tool_results(parsed.messages, turn.plan.new, turn.plan.prior)
         if not turn.plan.new:
             # Nothing new to answer (the request ends with an assistant message, as in a
             # prefill): forward as sent rather than guess.
             return await self.passthrough.forward(request, caller, body=body, extra=_MEMORY_OFF)
-        return await self._forward(request, chat, turn, caller)
+        return await self._forward(request, parsed, turn, caller)
 
     async def _forward(
-        self, request: Request, chat: ChatRequest, turn: Turn, caller: Caller
+        self, request: Request, parsed: ProxiedRequest, turn: Turn, caller: Caller
     ) -> Response:
         headers = request_headers(
             request.headers.items(),
@@ -185,7 +182,7 @@ class ChatCompletions:
         )
 
         def send(turn: Turn) -> Awaitable[UpstreamResponse]:
-            content = codec.dumps({**chat.body, "messages": turn.context.openai_messages()})
+            content = parsed.forwarded(turn.context.openai_messages())
             return self.upstream.open(
                 "POST",
                 request.scope["path"],  # not request.url: building it is ~2% of a request
@@ -194,12 +191,12 @@ class ChatCompletions:
                 content=content,
             )
 
-        opening = self._fitted(send, turn, requested_output(chat.body))
+        opening = self._fitted(send, turn, self.dialect.requested_output(parsed.body))
         record = turn.identity.mode is MemoryMode.ON
         timer = metrics.timer(request.scope)
         timer.upstream_sent()
         try:
-            if not chat.stream:
+            if not parsed.stream:
                 return await unless_client_leaves(
                     request.receive,
                     self._complete(
@@ -263,14 +260,13 @@ class ChatCompletions:
                 completion = codec.loads(raw)
             except ValueError:
                 completion = None
-            answer = message_from_completion(completion)
+            answer = self.dialect.answer(completion)
             if upstream.status_code == 200 and answer is not None:
                 stored = not record or await self._record(turn, answer)
                 headers = (
                     memory_headers if stored else {**memory_headers, "x-memory-status": "degraded"}
                 )
-            usage = completion.get("usage") if isinstance(completion, dict) else None
-            self._answered(turn, answer, usage)
+            self._answered(turn, answer, self.dialect.usage(completion))
         response = Response(raw, status_code=upstream.status_code)
         response.raw_headers = raw_headers(upstream, decoded=True, extra=headers)
         response.headers["content-length"] = str(len(raw))  # the decoded body's length
@@ -323,52 +319,62 @@ class ChatCompletions:
     ) -> AsyncGenerator[bytes, None]:
         """Pass the stream through chunk by chunk while watching it for a clean end.
 
-        The turn is recorded on ``[DONE]``, before ``[DONE]`` is passed on (or when the
-        upstream closes after a ``finish_reason``); see ``StreamWatch`` for what counts.
+        The turn is recorded on the acknowledging event (chat's ``[DONE]``, Responses'
+        ``response.completed``) before that event is passed on (or, for chat, when the
+        upstream closes after a ``finish_reason``); see the dialect's watch for what counts.
         """
-        watch = StreamWatch()
+        watch = self.dialect.watch()
         recorded = False
         try:
+            held = b""  # an event begun but not ended, when the dialect holds those back
             async for chunk in upstream.iter_body(decoded=True):
                 watch.feed(chunk)
+                if held:
+                    chunk, held = held + chunk, b""
                 if watch.done and not recorded:
                     recorded = True
                     # The answer's events go out at once; only [DONE] waits for the
                     # record (an upstream often sends the last events and [DONE] in one
                     # chunk, and a fast one sends the whole answer so).
-                    before, done = split_at_done(chunk)
+                    before, done = watch.split(chunk)
                     if before:
                         yield before
                     if not await self._record_watched(turn if record else None, watch):
-                        yield _NOT_STORED_EVENT  # and no [DONE]: the turn is not stored
+                        # And no acknowledgement: the turn is not stored.
+                        yield watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
                         return
                     chunk = done
-                yield chunk
+                else:
+                    chunk, held = watch.hold(chunk)
+                if chunk:
+                    yield chunk
             watch.close()
+            # ``held`` is an event the upstream never ended: a client discards it (SSE),
+            # so it is dropped, and an error event after it is read whole.
             if not watch.ended:
                 # A clean close in mid-answer is a break all the same; without this event
                 # the client would take the truncated answer for the whole one.
                 log.warning("upstream closed the stream before the answer ended")
                 metrics.stream_error("upstream_stream_incomplete")
-                yield sse_error_event(
+                yield watch.error_event(
                     "the upstream closed the stream before the answer ended",
                     "upstream_error",
                     "upstream_stream_incomplete",
                 )
             elif not recorded and not await self._record_watched(turn if record else None, watch):
-                yield _NOT_STORED_EVENT
+                yield watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
         except UpstreamStreamBroken as error:
             # Headers are gone: report in-band, and no [DONE] so the client knows.
             log.warning("upstream stream ended abnormally: %s", error)
             code = error.code
             metrics.stream_error(code)
-            yield sse_error_event(str(error), "upstream_error", code)
+            yield watch.error_event(str(error), "upstream_error", code)
         finally:
             # What was relayed, however the stream ended (a client that left included).
             self._answered(turn, watch.message(), watch.usage)
             await close_quietly(upstream)
 
-    async def _record_watched(self, turn: Turn | None, watch: StreamWatch) -> bool:
+    async def _record_watched(self, turn: Turn | None, watch: StreamWatcher) -> bool:
         """Record a finished stream's turn; False when it should have been and was not."""
         if turn is None:
             return True
@@ -392,7 +398,11 @@ class ChatCompletions:
     async def _record_now(self, turn: Turn, answer: Message) -> bool:
         try:
             await self.memory.record(
-                turn, answer, now=self.clock(), retry_s=self.settings.redis.record_retry_s
+                turn,
+                answer,
+                now=self.clock(),
+                retry_s=self.settings.redis.record_retry_s,
+                request_id=request_log.current_request_id(),
             )
         except StoreUnavailable as error:
             # The answer is not acknowledged: a stream ends with an error event instead of

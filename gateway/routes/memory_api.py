@@ -7,19 +7,9 @@ get the same 404.
 
 from __future__ import annotations
 
-import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    ValidationError,
-    field_validator,
-)
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -29,7 +19,6 @@ from gateway.auth import Authenticator, Caller
 from gateway.chat_request import (
     DEFAULT_LIMITS,
     MessageLimits,
-    MessageShape,
     check_message_count,
     check_message_sizes,
     check_raw_message_count,
@@ -43,56 +32,14 @@ from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.identity import Identity, MemoryMode, check_id, header_id
 from gateway.memory.model import Message
 from gateway.memory.model_budget import requested_output
-from gateway.memory.service import check_quota
 from gateway.operations import SessionOperations
 from gateway.routes.relay import read_body
+from gateway.routes.schemas import ImportBody, PinBody, PinEditBody
+from gateway.service.turn import check_quota
 from gateway.store.keys import SessionKeys, UserKeys
 
-# Redis list indexes are signed 64-bit: a larger message index is an error there, not a miss.
-MAX_INDEX = 2**53
 # A tool call's results follow it directly: a short tail of the log shows which are open.
 TOOL_CHECK_TAIL = 16
-
-
-# Times a message may carry: from 1970 to 2100 (a typo'd year is refused, not stored).
-_EARLIEST, _LATEST = 0.0, 4_102_444_800.0
-
-
-class _ImportMessage(MessageShape):
-    # The conversation only: a system prompt is the client's, never stored.
-    role: Literal["user", "assistant", "tool"]
-    # When it was said: Unix seconds, or an ISO 8601 date and time (UTC unless it says
-    # otherwise). Without it, the time of the import.
-    timestamp: StrictFloat | StrictInt | StrictStr | None = None
-
-    @field_validator("timestamp")
-    @classmethod
-    def _check_timestamp(cls, value: float | str | None) -> float | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            try:
-                when = datetime.datetime.fromisoformat(value.strip())
-            except ValueError:
-                raise ValueError("must be Unix seconds or an ISO 8601 date and time") from None
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=datetime.UTC)
-            value = when.timestamp()
-        if not _EARLIEST < value < _LATEST:
-            raise ValueError("must be a time between 1970 and 2100")
-        return float(value)
-
-
-class _ImportBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    messages: list[_ImportMessage] = Field(min_length=1)
-
-
-class _PinBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    content: StrictStr = Field(min_length=1, max_length=4000)
-    importance: float | None = Field(default=None, ge=0, le=1)
-    source_index: int | None = Field(default=None, ge=1, le=MAX_INDEX)
 
 
 def parse_import(raw: bytes, limits: MessageLimits) -> tuple[Message, ...]:
@@ -102,7 +49,7 @@ def parse_import(raw: bytes, limits: MessageLimits) -> tuple[Message, ...]:
     if isinstance(data, dict):
         check_message_count(data.get("messages"), limits)
     try:
-        body = _ImportBody.model_validate(data)
+        body = ImportBody.model_validate(data)
     except ValidationError as error:
         raise validation_error(data, error) from None
     check_message_sizes(data["messages"], limits)
@@ -119,12 +66,6 @@ def parse_body(model: type[BaseModel], raw: bytes) -> tuple[Any, Any]:
         return model.model_validate(data), data
     except ValidationError as error:
         raise validation_error(data, error) from None
-
-
-class _PinEditBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    content: StrictStr | None = Field(default=None, min_length=1, max_length=4000)
-    importance: float | None = Field(default=None, ge=0, le=1)
 
 
 def _limit(request: Request, default: int = 50, most: int = 1000) -> int:
@@ -249,7 +190,7 @@ class MemoryAPI:
 
     async def add_pin(self, request: Request) -> Response:
         keys = await self._keys(request)
-        body, _ = parse_body(_PinBody, await read_body(request, self.max_body_bytes))
+        body, _ = parse_body(PinBody, await read_body(request, self.max_body_bytes))
         caller = await self._caller(request)
         if caller.quota_bytes is not None:
             check_quota(await self.store.usage(keys.tenant), caller.quota_bytes)
@@ -258,7 +199,7 @@ class MemoryAPI:
 
     async def edit_pin(self, request: Request) -> Response:
         keys = await self._keys(request)
-        body, _ = parse_body(_PinEditBody, await read_body(request, self.max_body_bytes))
+        body, _ = parse_body(PinEditBody, await read_body(request, self.max_body_bytes))
         pin = await self.ops.edit_pin(
             keys, request.path_params["pin_id"], body.content, body.importance
         )

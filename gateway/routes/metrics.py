@@ -1,8 +1,8 @@
 """``GET /metrics``: Prometheus text, plus the summary-job backlog read from Redis.
 
 The backlog is the job stream's, not a process's, per shard (``worker.job_shards``): it
-is read at scrape time (a pipelined round trip, and the server's clock, at once, under a
-short deadline; on a cluster, one to each master holding a shard) and cached briefly,
+is read at scrape time (one round trip with the server's clock, under a short deadline;
+on a cluster, one to each master holding a shard, at once) and cached briefly,
 so a burst of scrapes, or a Redis that is down, costs the gateway almost nothing.
 """
 
@@ -22,7 +22,9 @@ from starlette.responses import JSONResponse, Response
 
 from gateway import metrics
 from gateway.errors import error_body
+from gateway.store.base import pairs
 from gateway.store.keys import JOB_GROUP, job_stream
+from gateway.store.link import Command
 from gateway.store.redis_store import RedisStore
 
 DEADLINE_S = 0.5
@@ -88,22 +90,26 @@ class JobBacklogReader:
 
     async def _query(self) -> dict[int, JobBacklog] | None:
         shards = range(self.store.job_shards)
+        commands: list[Command] = []
+        for shard in shards:
+            stream = job_stream(shard)
+            commands.append(("XINFO", "GROUPS", stream))
+            commands.append(("XLEN", stream))
+            commands.append(("XRANGE", stream, "-", "+", "COUNT", 1))
+        commands.append(("TIME",))
         try:
-            async with asyncio.timeout(DEADLINE_S):
-                async with self.store.client.pipeline(transaction=False) as pipe:
-                    for shard in shards:
-                        pipe.xinfo_groups(job_stream(shard))
-                        pipe.xlen(job_stream(shard))
-                        pipe.xrange(job_stream(shard), "-", "+", count=1)
-                    # TIME apart: a cluster pipeline refuses a command without a key.
-                    server_time, replies = await asyncio.gather(
-                        self.store.client.time(), pipe.execute(raise_on_error=False)
-                    )
+            # An error reply (a shard with no stream yet) is returned in its place.
+            replies = await self.store.execute(
+                commands, op="job_backlog", needed=0, timeout_s=DEADLINE_S
+            )
         except Exception:  # a deadline, a connection error: a scrape never fails on Redis
             return None
+        server_time = replies[-1]
         backlogs = {}
         for shard in shards:
             groups, length, oldest = replies[3 * shard : 3 * shard + 3]
+            if isinstance(groups, list):  # each group a map: a dict in RESP3, a list in RESP2
+                groups = [pairs(group) for group in groups]
             backlogs[shard] = backlog_from(groups, length, oldest, server_time)
         return backlogs
 

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from gateway.compat.starlette import stream_body
 from gateway.errors import PayloadTooLarge
 from gateway.proxy.headers import response_headers
 from gateway.proxy.upstream import UpstreamResponse
@@ -122,7 +123,7 @@ class _UpstreamStreamingResponse(StreamingResponse):
         # Starlette watches for the disconnect in an anyio task group (uvicorn declares
         # ASGI 2.3); one plain watcher task does the same for less.
         try:
-            await unless_client_leaves(receive, self.stream_response(send))
+            await unless_client_leaves(receive, stream_body(self, send))
         except ClientGone:
             pass
         finally:

@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gateway.store.base import StoreBase, pairs, scored
 from gateway.store.keys import SessionKeys, TenantKeys, all_tenants_indexes
-
-if TYPE_CHECKING:  # the store calls write_turn: a runtime import would be circular
-    from gateway.store.redis_store import RedisStore
+from gateway.store.link import Command
 
 # A search reads each shard's ids with ZSCAN MATCH; it stops once this many matched.
 SEARCH_MATCHES = 1000
@@ -45,34 +44,35 @@ class StoredReceipt:
 
 
 def write_turn(
-    pipe: Any,
     keys: SessionKeys,
     *,
     now: float,
     retention_s: int,
     receipt: StoredReceipt | None,
     listed: bool,
-) -> None:
-    """Commands for the record's pipeline: the session and its tenant ``listed`` as active
+) -> list[Command]:
+    """Commands sent with the record's: the session and its tenant ``listed`` as active
     now (idempotent; see ``REFRESH_S``), and this turn's receipt kept. Receipts are a
     list, not a sorted set: a receipt is longer than a sorted set's compact encoding
     allows (64 bytes), and the list's is several times smaller. Sent twice (after a
-    script cache flush, see ``RedisStore._scripted_pipeline``) a receipt would show
-    twice: readers drop repeats."""
+    script cache flush, see ``StoreBase.execute``) a receipt would show twice: readers
+    drop repeats."""
+    commands: list[Command] = []
     if receipt is not None:
-        pipe.lpush(keys.receipts, receipt.data)
-        pipe.ltrim(keys.receipts, 0, receipt.kept - 1)
-        pipe.expire(keys.receipts, retention_s)
+        commands.append(("LPUSH", keys.receipts, receipt.data))
+        commands.append(("LTRIM", keys.receipts, 0, receipt.kept - 1))
+        commands.append(("EXPIRE", keys.receipts, retention_s))
     if not listed:
-        return
+        return commands
     for index, member in ((keys.listed_in, keys.session_id), (keys.tenant_listed_in, keys.tenant)):
-        pipe.zadd(index, {member: now})
+        commands.append(("ZADD", index, repr(now), member))
         # An entry is at most REFRESH_S older than its session: the index outlives it.
-        pipe.expire(index, retention_s + int(REFRESH_S))
+        commands.append(("EXPIRE", index, retention_s + int(REFRESH_S)))
+    return commands
 
 
-def forget_session(pipe: Any, keys: SessionKeys) -> None:
-    pipe.zrem(keys.listed_in, keys.session_id)
+def forget_session(keys: SessionKeys) -> Command:
+    return ("ZREM", keys.listed_in, keys.session_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +113,8 @@ def _glob_escape(text: str) -> str:
 
 
 class Catalog:
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: StoreBase) -> None:
         self.store = store
-        self.client: Any = store.client
 
     async def tenants(self, *, now: float, limit: int = 100) -> list[tuple[str, float]]:
         """Tenant ids with their last activity, newest first."""
@@ -127,7 +126,7 @@ class Catalog:
         """The tenant's sessions, newest activity first; ``search``: a part of the id."""
         shards = TenantKeys(tenant).all_sessions()
         if search:
-            found = await self.store.bounded(lambda: self._search(shards, search, now))
+            found = await self._search(shards, search, now)
         else:
             found = await self._newest_of(shards, now, limit)
         chosen = _newest(found, limit)
@@ -138,13 +137,14 @@ class Catalog:
     ) -> list[tuple[Any, float]]:
         live_since = now - self.store.retention_s - REFRESH_S  # see REFRESH_S
 
-        def build(pipe: Any) -> None:
-            for key in indexes:
-                pipe.zremrangebyscore(key, "-inf", f"({live_since!r}")
-                pipe.zrevrangebyscore(key, "+inf", live_since, start=0, num=limit, withscores=True)
-
-        replies = await self.store.pipeline(build)
-        return [item for reply in replies[1::2] for item in reply]
+        commands: list[Command] = []
+        for key in indexes:
+            commands.append(("ZREMRANGEBYSCORE", key, "-inf", f"({live_since!r}"))
+            commands.append(
+                ("ZREVRANGEBYSCORE", key, "+inf", repr(live_since), "WITHSCORES", "LIMIT", 0, limit)
+            )
+        replies = await self.store.execute(commands, op="catalog_list")
+        return [item for reply in replies[1::2] for item in scored(reply)]
 
     async def _search(
         self, shards: tuple[str, ...], search: str, now: float
@@ -153,27 +153,31 @@ class Catalog:
         pattern = f"*{_glob_escape(search)}*"
         found: list[tuple[Any, float]] = []
         for key in shards:
-            async for member, score in self.client.zscan_iter(key, match=pattern, count=500):
-                if score >= live_since:
-                    found.append((member, score))
-                if len(found) >= SEARCH_MATCHES:
-                    return found
+            cursor: Any = 0
+            while True:
+                command = ("ZSCAN", key, cursor, "MATCH", pattern, "COUNT", 500)
+                ((cursor, page),) = await self.store.execute([command], op="catalog_search")
+                for member, score in scored(page):
+                    if score >= live_since:
+                        found.append((member, score))
+                    if len(found) >= SEARCH_MATCHES:
+                        return found
+                if int(cursor) == 0:
+                    break
         return found
 
     async def _describe(self, tenant: str, chosen: list[tuple[str, float]]) -> list[ListedSession]:
         sessions = [SessionKeys(tenant, sid) for sid, _ in chosen]
 
-        def build(pipe: Any) -> None:
-            for keys in sessions:
-                pipe.hgetall(keys.meta)
-                pipe.llen(keys.log)
-
-        replies = await self.store.pipeline(build)
+        commands: list[Command] = []
+        for keys in sessions:
+            commands += [("HGETALL", keys.meta), ("LLEN", keys.log)]
+        replies = await self.store.execute(commands, op="catalog_describe") if commands else []
         sizes = await self._sizes(sessions)
         listed, gone = [], []
         for i, (keys, (_, updated)) in enumerate(zip(sessions, chosen, strict=True)):
             raw_meta, count = replies[2 * i], replies[2 * i + 1]
-            meta = {k.decode(): v.decode() for k, v in raw_meta.items()}
+            meta = {k.decode(): v.decode() for k, v in pairs(raw_meta).items()}
             if not meta:  # expired or erased since it was listed
                 gone.append(keys)
                 continue
@@ -191,26 +195,19 @@ class Catalog:
             )
         listed.sort(key=lambda session: (-session.updated, session.session_id))
         if gone:
-
-            def forget(pipe: Any) -> None:
-                for keys in gone:
-                    forget_session(pipe, keys)
-
-            await self.store.pipeline(forget)
+            await self.store.execute([forget_session(keys) for keys in gone], op="catalog_trim")
         return listed
 
     async def _sizes(self, sessions: list[SessionKeys]) -> list[int | None]:
         """Each session's bytes in Redis (MEMORY USAGE of its keys, Redis's estimate)."""
 
-        async def run() -> list[Any]:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for keys in sessions:
-                    for name in _SIZED:
-                        pipe.memory_usage(getattr(keys, name))
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
-                return replies
-
-        replies = await self.store.bounded(run)
+        commands = [
+            ("MEMORY", "USAGE", getattr(keys, name)) for keys in sessions for name in _SIZED
+        ]
+        # An error reply (MEMORY refused) is returned in its place: that size is unknown.
+        replies = (
+            await self.store.execute(commands, op="catalog_sizes", needed=0) if commands else []
+        )
         sizes: list[int | None] = []
         for i in range(len(sessions)):
             parts = replies[i * len(_SIZED) : (i + 1) * len(_SIZED)]
@@ -220,5 +217,5 @@ class Catalog:
 
     async def receipts(self, keys: SessionKeys) -> list[dict[str, Any]]:
         """The session's recent receipts, newest first."""
-        raw: Any = await self.store.bounded(lambda: self.client.lrange(keys.receipts, 0, -1))
+        (raw,) = await self.store.execute([("LRANGE", keys.receipts, 0, -1)], op="receipts")
         return [json.loads(item) for item in dict.fromkeys(raw)]  # a repeat: one receipt

@@ -33,6 +33,8 @@ from gateway.store.connections import LINKS, Connections
 
 # Commands whose first key is not their first argument.
 _SCRIPT_CALLS = frozenset({"EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"})
+_SUBCOMMANDS = frozenset({"MEMORY", "XINFO", "OBJECT", "XGROUP"})  # key after a subcommand
+_KEYLESS = frozenset({"PING", "TIME", "INFO", "CONFIG", "SCRIPT", "ECHO"})
 
 
 def slot_of(command: Sequence[Any]) -> int | None:
@@ -40,8 +42,10 @@ def slot_of(command: Sequence[Any]) -> int | None:
     name = str(command[0]).upper()
     if name in _SCRIPT_CALLS:
         key = command[3] if int(command[2]) > 0 else None
+    elif name in _SUBCOMMANDS:
+        key = command[2] if len(command) > 2 else None
     else:
-        key = command[1] if len(command) > 1 and name != "PING" else None
+        key = command[1] if len(command) > 1 and name not in _KEYLESS else None
     if key is None:
         return None
     return key_slot(key.encode() if isinstance(key, str) else bytes(key))
@@ -95,15 +99,19 @@ class ClusterConnections:
                 replies[at] = await self._redirected(commands[at], reply, timeout_s)
         return replies
 
-    async def per_server(self, commands: Sequence[tuple[Any, ...]]) -> None:
+    async def per_server(
+        self, commands: Sequence[tuple[Any, ...]], timeout_s: float | None = None
+    ) -> None:
         """The commands once on every master (loading the scripts)."""
         await self._initialize()
-        await asyncio.gather(*(self._on(node).per_server(commands) for node in self._all()))
+        await asyncio.gather(
+            *(self._on(node).per_server(commands, timeout_s) for node in self._all())
+        )
 
-    async def warm(self) -> None:
+    async def warm(self, timeout_s: float | None = None) -> None:
         """Every link to every master open."""
         await self._initialize()
-        await asyncio.gather(*(self._on(node).warm() for node in self._all()))
+        await asyncio.gather(*(self._on(node).warm(timeout_s) for node in self._all()))
 
     async def _redirected(
         self, command: tuple[Any, ...], error: AskError, timeout_s: float | None

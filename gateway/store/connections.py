@@ -56,20 +56,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import hiredis
-from redis._parsers import BaseParser
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse
 
-from gateway.store.loop_lag import MAX_EXTRA_S
+from gateway.compat import redis as compat_redis
 
 # Enough to spread reply parsing over a few sockets; Redis runs one command at a time.
 LINKS = 4
 # How much longer than its deadline a call may wait while Redis keeps answering the calls
-# queued ahead of it on its connection; past it, the call fails however busy Redis is. The
-# same allowance as the store's other calls get for a late loop (the sockets' own timeout
-# leaves room for it: see wiring).
-MAX_QUEUED_S = MAX_EXTRA_S
+# queued ahead of it on its connection; past it, the call fails however busy Redis is.
+MAX_QUEUED_S = 1.0
 _INCOMPLETE = object()  # hiredis: no whole reply buffered yet
 
 
@@ -111,21 +107,10 @@ class _Link(asyncio.Protocol):
         await connection.connect()
         # The handshake's replies are read; nothing else was asked, so nothing is
         # buffered. redis-py's connection keeps the transport (and closes it).
-        decoding = (
-            {"encoding": connection.encoder.encoding, "errors": connection.encoder.encoding_errors}
-            if connection.encoder.decode_responses
-            else {}
-        )
-        self.parser = hiredis.Reader(
-            protocolError=InvalidResponse,
-            replyError=BaseParser.parse_error,  # NOSCRIPT as NoScriptError, as redis-py has it
-            notEnoughData=_INCOMPLETE,
-            **decoding,
-        )
-        transport = connection._writer.transport
-        self._stream_protocol = transport.get_protocol()  # told of the close, for redis-py
-        transport.set_protocol(self)
-        self.transport = transport
+        # NOSCRIPT as NoScriptError, MOVED as MovedError: as redis-py has them.
+        self.parser = compat_redis.reply_reader(connection, _INCOMPLETE)
+        # redis-py's own protocol is told of the close (see connection_lost).
+        self.transport, self._stream_protocol = compat_redis.take_transport(connection, self)
 
     def send(self, packed: bytes, waiting: _Waiting) -> None:
         """A call's commands, written with the other calls of this loop turn in one write.
@@ -295,15 +280,17 @@ class Connections:
             if waiting.deadline is not None:
                 waiting.deadline.cancel()
 
-    async def per_server(self, commands: Sequence[tuple[Any, ...]]) -> None:
+    async def per_server(
+        self, commands: Sequence[tuple[Any, ...]], timeout_s: float | None = None
+    ) -> None:
         """The commands once on the server (loading the scripts); error replies raise."""
-        for reply in await self.execute(commands):
+        for reply in await self.execute(commands, timeout_s):
             if isinstance(reply, Exception):
                 raise reply
 
-    async def warm(self) -> None:
+    async def warm(self, timeout_s: float | None = None) -> None:
         """Every link open, so that a burst of first calls does not wait for connects."""
-        await asyncio.gather(*(self.execute([("PING",)]) for _ in range(self._size)))
+        await asyncio.gather(*(self.execute([("PING",)], timeout_s) for _ in range(self._size)))
 
     def _drain(self, link: _Link) -> None:
         link.drain()

@@ -3,54 +3,36 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from gateway.auth import KeyRecord
+from gateway.store.base import StoreBase, pairs
 from gateway.store.keys import AUTH_KEYS, AUTH_VERSION
-from gateway.store.redis_store import RedisStore
-
-# KEYS: keys, version.  ARGV: key id, record JSON ("" to revoke).  Changes the keys and
-# moves the version in one step, so a process that sees the new version reads the change.
-_CHANGE_SCRIPT = """
-local changed
-if ARGV[2] == '' then
-  changed = redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  changed = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  changed = 1
-end
-if changed == 1 then
-  redis.call('INCR', KEYS[2])
-end
-return changed
-"""
 
 
 class GatewayKeys:
     """Create, list and revoke gateway keys; tell whether any changed since a version."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: StoreBase) -> None:
         self.store = store
-        self._change = store.client.register_script(_CHANGE_SCRIPT)
 
     async def changed_since(self, version: int | None) -> tuple[int, list[KeyRecord]] | None:
         """None when the keys are as at ``version``; else the version and every record."""
-        client: Any = self.store.client
-        current = int(await self.store.bounded(lambda: client.get(AUTH_VERSION)) or 0)
+        (raw_version,) = await self.store.execute([("GET", AUTH_VERSION)], op="keys_version")
+        current = int(raw_version or 0)
         if current == version:
             return None
-        raw: Any = await self.store.bounded(lambda: client.hgetall(AUTH_KEYS))
-        records = [KeyRecord.from_data(json.loads(value)) for value in raw.values()]
+        (raw,) = await self.store.execute([("HGETALL", AUTH_KEYS)], op="keys_read")
+        records = [KeyRecord.from_data(json.loads(value)) for value in pairs(raw).values()]
         return current, records
 
     async def save(self, record: KeyRecord) -> None:
-        data = json.dumps(record.to_data())
-        await self.store.bounded(
-            lambda: self._change(keys=[AUTH_KEYS, AUTH_VERSION], args=[record.id, data])
-        )
+        await self._change(record.id, json.dumps(record.to_data()))
 
     async def revoke(self, key_id: str) -> bool:
-        revoked = await self.store.bounded(
-            lambda: self._change(keys=[AUTH_KEYS, AUTH_VERSION], args=[key_id, ""])
-        )
-        return bool(revoked)
+        return bool(await self._change(key_id, ""))
+
+    async def _change(self, key_id: str, data: str) -> object:
+        """Changes the keys and moves their version in one step (``change_key.lua``)."""
+        call = self.store.script("change_key", [AUTH_KEYS, AUTH_VERSION], [key_id, data])
+        (reply,) = await self.store.execute([call], op="keys_change")
+        return reply

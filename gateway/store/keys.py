@@ -21,6 +21,11 @@ would otherwise break the tag; the ids themselves are kept in the meta hash.
     mg:{t.s}:vectors  HASH    message index -> float32 embedding (optional reranking)
     mg:{t.s}:receipts LIST    the last recorded turns' receipts (JSON), newest first: what
                               was forwarded, per tier, and under which request id
+    mg:{t.s}:media    HASH    sha256 (hex) -> an image's bytes, once per session however
+                              many messages show it (``memory.media: store``)
+    mg:{t.s}:branches LIST    abandoned branches, oldest first: what an edit or a regenerate
+                              took off the log's end, as {"from": messages kept, "at": time,
+                              "kind": "edit"|"regenerate", "messages": [stored JSON...]}
     mg:{t.i<n>}:sessions ZSET shard n of a tenant's sessions: session id -> last activity
                               (the inspector's and ``GET /memory/sessions``' list)
     mg:tenants:{t<n>} ZSET    shard n of the tenants: tenant id -> last activity
@@ -121,6 +126,14 @@ class SessionKeys:
         return f"{PREFIX}:{self.tag}:receipts"
 
     @property
+    def media(self) -> str:
+        return f"{PREFIX}:{self.tag}:media"
+
+    @property
+    def branches(self) -> str:
+        return f"{PREFIX}:{self.tag}:branches"
+
+    @property
     def listed_in(self) -> str:
         """The tenant's session index shard that lists this session."""
         return TenantKeys(self.tenant).sessions(index_shard(self.session_id))
@@ -133,7 +146,8 @@ class SessionKeys:
     def all(self) -> tuple[str, ...]:
         return (
             self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.vec,
-            self.vectors, self.receipts, self.index,
+            self.vectors, self.receipts, self.index, self.media,
+            self.branches,  # last: the record script finds it as KEYS[#KEYS]
         )  # fmt: skip
 
 

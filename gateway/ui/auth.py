@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -68,30 +67,25 @@ class AdminAuth:
         token = request.cookies.get(COOKIE, "")
         if not token:
             return False
-        client: Any = self.store.client
-        found = await self.store.bounded(lambda: client.exists(_SESSION + _digest(token)))
+        (found,) = await self.store.execute(
+            [("EXISTS", _SESSION + _digest(token))], op="ui_session"
+        )
         return bool(found)
 
     async def too_many_attempts(self, request: Request) -> bool:
-        client: Any = self.store.client
-        raw = await self.store.bounded(lambda: client.get(self._attempts_key(request)))
+        (raw,) = await self.store.execute([("GET", self._attempts_key(request))], op="ui_attempts")
         return int(raw or 0) >= self.attempts
 
     async def failed(self, request: Request) -> None:
         """Count a failed login of this client address (for ``window_s``)."""
         key = self._attempts_key(request)
-
-        def build(pipe: Any) -> None:
-            pipe.incr(key)
-            pipe.expire(key, int(self.window_s), nx=True)
-
-        await self.store.pipeline(build)
+        commands = [("INCR", key), ("EXPIRE", key, int(self.window_s), "NX")]
+        await self.store.execute(commands, op="ui_attempts")
 
     async def log_in(self, response: Response, request: Request) -> None:
         token = secrets.token_urlsafe(32)
-        client: Any = self.store.client
         ttl = int(self.session_s)
-        await self.store.bounded(lambda: client.set(_SESSION + _digest(token), 1, ex=ttl))
+        await self.store.execute([("SET", _SESSION + _digest(token), 1, "EX", ttl)], op="ui_login")
         response.set_cookie(
             COOKIE,
             token,
@@ -105,8 +99,7 @@ class AdminAuth:
     async def log_out(self, response: Response, request: Request) -> None:
         token = request.cookies.get(COOKIE, "")
         if token:
-            client: Any = self.store.client
-            await self.store.bounded(lambda: client.delete(_SESSION + _digest(token)))
+            await self.store.execute([("DEL", _SESSION + _digest(token))], op="ui_logout")
         response.delete_cookie(
             COOKIE, path=PATH, httponly=True, samesite="strict", secure=self._secure(request)
         )

@@ -18,29 +18,26 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
-from gateway.config import PASSTHROUGH_PATHS, RedisConfig, Settings, parse_settings
+from devsupport.cluster import RedisCluster
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.gateways import build_settings, start_gateway
+from devsupport.servers import RedisProcess, ServerThread
+from gateway.config import RedisConfig
 from gateway.store.redis_store import RedisStore, create_client
-from gateway.wiring import build_clients
-from tests.support.cluster import RedisCluster
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import RedisProcess, ServerThread
+from tests.support.clients import (
+    SENT_CONTENTS,
+    Memory,
+    close_clients,
+)
+from tests.support.round_trips import RoundTrips, counted_gateways
 
 pytestmark = pytest.mark.integration
 
 USED_KEYS: list[str] = []
-SENT_CONTENTS: set[str] = set()
 # Shorter contents ("ok", "hi") could turn up in a log line by chance.
 MIN_CONTENT_CHARS = 12
-
-
-def register_content(text: str) -> str:
-    """Remember a message content a test sends: no log record may repeat it."""
-    SENT_CONTENTS.add(text)
-    return text
 
 
 class _Capture(logging.Handler):
@@ -165,10 +162,12 @@ class ClusterRedis:
         return self.cluster.client()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def on_cluster(log_capture: _Capture) -> Iterator[ClusterRedis]:
-    """A 3-master cluster for a module whose tests run on both (see test_concurrency's
-    ``redis_server``), checked for key material at the end as ``redis_server`` is."""
+    """A 3-master cluster for the modules whose tests run on both (see test_concurrency's
+    ``redis_server``), checked for key material at the end as ``redis_server`` is. One for
+    the session, as the suite's single Redis is: the same tests share that one already,
+    and a cluster takes seconds to form."""
     with RedisCluster() as cluster:
         backend = ClusterRedis(cluster)
         yield backend
@@ -212,33 +211,6 @@ def upstream_url(fake_upstream_server: tuple[FakeUpstream, ServerThread]) -> str
     return fake_upstream_server[1].url + "/v1"
 
 
-def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in overrides.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
-    return out
-
-
-def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Settings:
-    base = {
-        "upstream": {
-            "base_url": upstream_url,
-            "timeouts": {"first_byte_s": 5, "idle_s": 5},
-            # The fake upstream's own routes, beside the OpenAI API's.
-            "passthrough": [*PASSTHROUGH_PATHS, "echo/**", "redirect"],
-        },
-        "redis": {"url": redis_url},
-        "memory": {"preset": "hybrid"},
-        "summarizer": {"model": "fake-summarizer"},
-    }
-    return parse_settings(_merge(base, overrides), environ={})
-
-
-def start_gateway(settings: Settings) -> ServerThread:
-    clients = build_clients(settings, settings.redis.url)
-    return ServerThread(clients.create_app(settings), on_stop=clients.aclose).start()
-
-
 GatewayFactory = Callable[..., ServerThread]
 
 
@@ -263,6 +235,15 @@ def gateway(make_gateway: GatewayFactory) -> ServerThread:
 
 
 @pytest.fixture
+def counted_gateway(
+    upstream_url: str, redis_server: RedisProcess, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Any, RoundTrips]]:
+    """Gateways whose Redis connections count their round trips (``make(preset)``)."""
+    with counted_gateways(upstream_url, redis_server, monkeypatch) as made:
+        yield made
+
+
+@pytest.fixture
 def api_key() -> str:
     key = "sk-test-" + secrets.token_urlsafe(24)
     USED_KEYS.append(key)
@@ -274,81 +255,11 @@ def session_id() -> str:
     return f"sess-{uuid.uuid4().hex[:12]}"
 
 
-_OPEN_CLIENTS: list[openai.OpenAI] = []
-
-
-_OPEN_HTTP: list[httpx.Client] = []
-
-
 @pytest.fixture(autouse=True)
 def _close_clients() -> Iterator[None]:
     """Clients a test opened are closed even when it fails (no leaked sockets)."""
     yield
-    while _OPEN_CLIENTS:
-        _OPEN_CLIENTS.pop().close()
-    while _OPEN_HTTP:
-        _OPEN_HTTP.pop().close()
-
-
-def sdk(gateway: ServerThread, key: str, session: str | None, **headers: str) -> openai.OpenAI:
-    """The real OpenAI SDK pointed at the gateway, as a user's app would be."""
-    default_headers = dict(headers)
-    if session is not None:
-        default_headers["X-Session-Id"] = session
-    client = openai.OpenAI(
-        base_url=gateway.url + "/v1", api_key=key, default_headers=default_headers, max_retries=0
-    )
-    _OPEN_CLIENTS.append(client)
-    return client
-
-
-def say(client: openai.OpenAI, text: str, model: str = "fake-model") -> str:
-    """Send one user message, as a single-message client does; return the answer's text."""
-    answer = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": register_content(text)}]
-    )
-    return answer.choices[0].message.content or ""
-
-
-class Memory:
-    """The memory API of one session, as an operator's script would use it."""
-
-    def __init__(self, gateway: ServerThread, key: str, session: str) -> None:
-        self.http = httpx.Client(
-            base_url=gateway.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        )
-        _OPEN_HTTP.append(self.http)
-        self.base = f"/memory/sessions/{session}"
-        self.count = 0
-
-    def add(self, n: int, text: str = "message {i} about topic {t}") -> None:
-        """Append n messages, alternating user/assistant, continuing the numbering."""
-        messages = []
-        for _ in range(n):
-            self.count += 1
-            role = "user" if self.count % 2 else "assistant"
-            content = register_content(text.format(i=self.count, t=self.count % 5))
-            messages.append({"role": role, "content": content})
-        response = self.http.post(self.base + "/messages", json={"messages": messages})
-        assert response.status_code == 200, response.text
-        assert response.json()["message_count"] == self.count
-
-    def flush(self) -> dict[str, Any]:
-        response = self.http.post(self.base + "/flush")
-        assert response.status_code == 200, response.text
-        assert response.json()["pending_jobs"] == 0
-        return self.state()
-
-    def state(self) -> dict[str, Any]:
-        response = self.http.get(self.base)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def context(self, text: str = "next question?") -> dict[str, Any]:
-        body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
-        response = self.http.post(self.base + "/context", json=body)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
+    close_clients()
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from collections import Counter
 import httpx
 import pytest
 
+from devsupport.load import Load, acknowledged, acknowledged_but_not_stored_once
+from devsupport.servers import running_redis
 from tests.integration.conftest import GatewayFactory
-from tests.support.load import Load, acknowledged, acknowledged_but_not_stored_once
-from tests.support.servers import running_redis
 
 pytestmark = pytest.mark.integration
 

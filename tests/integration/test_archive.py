@@ -12,16 +12,18 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.config import PRESETS, MemoryConfig
+from devsupport.servers import RedisProcess
+from gateway.config import MemoryConfig
 from gateway.embedder import StaticEmbedder
 from gateway.identity import Identity, MemoryMode
 from gateway.memory import vectors
 from gateway.memory.model import Message
-from gateway.memory.service import MemoryService, session_keys
+from gateway.presets import PRESETS
+from gateway.service.memory_service import MemoryService
+from gateway.service.turn import session_keys
 from gateway.store.redis_store import Known, RedisStore
 from gateway.tokens import TokenCounter
 from tests.support.jobs import notices_withdrawn
-from tests.support.servers import RedisProcess
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,10 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import GatewayFactory, Memory, say, sdk
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import RedisProcess, ServerThread
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import RedisProcess, ServerThread
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import Memory, say, sdk
 
 pytestmark = pytest.mark.integration
 

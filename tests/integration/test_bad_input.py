@@ -11,10 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.gateways import build_settings, start_gateway
+from devsupport.servers import RedisProcess, ServerThread
 from gateway.openapi import openapi_document
-from tests.integration.conftest import GatewayFactory, build_settings, redis_dump, start_gateway
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import RedisProcess, ServerThread
+from tests.integration.conftest import GatewayFactory, redis_dump
+from tests.support.envelope import assert_envelope
 
 pytestmark = pytest.mark.integration
 
@@ -334,20 +336,11 @@ def test_openapi_document_matches_the_routes(gateway: ServerThread) -> None:
     routed = {
         (route.path, method)
         for route in app.routes
-        if route.path.startswith("/memory/") or route.path == "/v1/chat/completions"
+        if route.path.startswith("/memory/")
+        or route.path in ("/v1/chat/completions", "/v1/responses")
         for method in route.methods - {"HEAD"}
     }
     assert routed and documented == routed
-
-
-def assert_envelope(body: Any) -> None:
-    assert set(body) == {"error"}, body
-    error = body["error"]
-    assert set(error) == {"message", "type", "param", "code"}, error
-    assert isinstance(error["message"], str) and error["message"]
-    assert isinstance(error["type"], str) and error["type"]
-    assert error["param"] is None or isinstance(error["param"], str)
-    assert error["code"] is None or isinstance(error["code"], str)
 
 
 def redis_dump_of(server: RedisProcess) -> list[bytes]:

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import GatewayFactory, Memory, on_one_redis_and_a_cluster, sdk
-from tests.support.servers import ServerThread
+from devsupport.servers import ServerThread
+from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
+from tests.support.clients import Memory, sdk
 
 pytestmark = pytest.mark.integration
 

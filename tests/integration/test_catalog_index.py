@@ -8,11 +8,12 @@ import time
 import httpx
 import pytest
 
+from devsupport.servers import RedisProcess
 from gateway.identity import tenant_id
 from gateway.store.catalog import REFRESH_S
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
-from tests.integration.conftest import GatewayFactory, Memory, sdk
-from tests.support.servers import RedisProcess
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import Memory, sdk
 
 pytestmark = pytest.mark.integration
 

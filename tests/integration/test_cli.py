@@ -21,11 +21,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from devsupport.servers import ServerThread, free_port
 from gateway.cli import main
 from gateway.commands.checkpoint import Checkpoint
 from gateway.commands.transcript import MessagesDigest, read_transcript
-from tests.integration.conftest import Memory, register_content, say, sdk
-from tests.support.servers import ServerThread, free_port
+from tests.support.clients import Memory, register_content, say, sdk
 
 pytestmark = pytest.mark.integration
 

@@ -21,12 +21,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from devsupport.gateways import build_settings
+from devsupport.servers import RedisProcess, ServerThread
 from gateway.cli import _server_options
 from gateway.config import Settings
 from gateway.wiring import build_clients
-from tests.integration.conftest import build_settings
 from tests.support.processes import Served
-from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """The gateway on a real Redis Cluster: two gateway processes and two worker processes
-share nothing but a local 3-master cluster (``tests/support/cluster.py``).
+share nothing but a local 3-master cluster (``devsupport/cluster.py``).
 
 The same properties as on one Redis: a conversation is remembered and summarized
 whichever replica serves each turn; simultaneous turns on one session through both
@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,23 +25,24 @@ import openai
 import pytest
 import yaml
 
-from gateway.identity import tenant_id
-from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, job_shard, job_stream
-from tests.integration.conftest import Memory, sdk
-from tests.integration.test_concurrency import all_at_once, send
-from tests.integration.test_memory_proxy import log_of
-from tests.integration.test_metrics import scrape, value
-from tests.support.cluster import RedisCluster
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.invariants import (
+from devsupport.cluster import RedisCluster
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.invariants import (
     numbering_problems,
     once_problems,
     pairing_problems,
     version_problems,
 )
+from devsupport.servers import ServerThread
+from devsupport.stored import log_of
+from gateway.identity import tenant_id
+from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, job_shard, job_stream
+from tests.support.clients import Memory, sdk, send
+from tests.support.concurrency import all_at_once
 from tests.support.jobs import SHARDS, streams
+from tests.support.metrics import scrape, value
 from tests.support.processes import Served, worker_process
-from tests.support.servers import ServerThread
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -148,13 +149,6 @@ def deployment(
 def sdk_on(gateway: Served, key: str, session: str) -> openai.OpenAI:
     """The SDK on a gateway process (closed after the test, as ``sdk``'s clients are)."""
     return sdk(gateway, key, session)  # type: ignore[arg-type]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def assert_sound(log: list[dict[str, Any]], state: dict[str, Any], acked: list[str]) -> None:

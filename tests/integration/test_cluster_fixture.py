@@ -1,4 +1,4 @@
-"""The local Redis Cluster of tests/support/cluster.py: healthy, sharding, failing over.
+"""The local Redis Cluster of devsupport/cluster.py: healthy, sharding, failing over.
 
 The cluster starts once for the file; the failover test kills a master, so it runs last.
 """
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from redis.crc import key_slot
 
-from tests.support.cluster import SLOTS, ClusterNodeProcess, PortTakenError, RedisCluster
-from tests.support.servers import running_redis
+from devsupport.cluster import SLOTS, ClusterNodeProcess, PortTakenError, RedisCluster
+from devsupport.servers import running_redis
 
 pytestmark = pytest.mark.integration
 

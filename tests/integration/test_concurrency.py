@@ -11,29 +11,30 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from gateway.config import PRESETS
-from gateway.memory.jobs import Job
-from gateway.memory.model import Message, Tiers
-from gateway.memory.summarizer import Summarizer
-from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import RedisStore, TailMoved
-from gateway.tokens import TokenCounter
-from gateway.worker import JobRunner
-from tests.integration.conftest import GatewayFactory, Memory, on_one_redis_and_a_cluster
-from tests.integration.test_memory_proxy import stored_log
-from tests.support.invariants import (
+from devsupport.invariants import (
     numbering_problems,
     once_problems,
     pairing_problems,
     version_problems,
 )
-from tests.support.servers import RedisProcess, ServerThread
+from devsupport.servers import RedisProcess, ServerThread
+from devsupport.stored import stored_log
+from gateway.memory.jobs import Job
+from gateway.memory.model import Message, Tiers
+from gateway.memory.summarizer import Summarizer
+from gateway.presets import PRESETS
+from gateway.store.keys import SessionKeys
+from gateway.store.redis_store import RedisStore, TailMoved
+from gateway.tokens import TokenCounter
+from gateway.worker import JobRunner
+from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
+from tests.support.clients import Memory, send
+from tests.support.concurrency import all_at_once
 
 pytestmark = pytest.mark.integration
 
@@ -50,31 +51,6 @@ redis_server = on_one_redis_and_a_cluster()
 @pytest.fixture
 def gateway(make_gateway: GatewayFactory) -> ServerThread:
     return make_gateway(**ROOMY)
-
-
-def send(
-    http: httpx.Client,
-    key: str,
-    session: str,
-    messages: list[dict[str, Any]],
-    *,
-    stream: bool = False,
-) -> httpx.Response:
-    body = {"model": "fake-model", "stream": stream, "messages": messages}
-    headers = {"Authorization": f"Bearer {key}", "X-Session-Id": session}
-    return http.post("/v1/chat/completions", json=body, headers=headers)
-
-
-def all_at_once(n: int, work: Any) -> list[Any]:
-    """Run ``work(i)`` for i < n on n threads released together by a barrier."""
-    barrier = threading.Barrier(n)
-
-    def run(i: int) -> Any:
-        barrier.wait(10)
-        return work(i)
-
-    with ThreadPoolExecutor(n) as pool:
-        return list(pool.map(run, range(n)))
 
 
 def assert_sound(

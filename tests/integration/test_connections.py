@@ -11,9 +11,9 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from devsupport.servers import RedisProcess
 from gateway.store.connections import LINKS, Connections
 from gateway.store.redis_store import create_client
-from tests.support.servers import RedisProcess
 
 pytestmark = pytest.mark.integration
 

@@ -38,11 +38,12 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from starlette.datastructures import Headers
 
+from devsupport.gateways import build_settings, start_gateway
+from devsupport.servers import RedisProcess, ServerThread
 from gateway.identity import bearer_key, tenant_id
 from gateway.store.keys import SessionKeys
-from tests.integration.conftest import build_settings, find_secrets, redis_dump, start_gateway
-from tests.integration.test_bad_input import assert_envelope
-from tests.support.servers import RedisProcess, ServerThread
+from tests.integration.conftest import find_secrets, redis_dump
+from tests.support.envelope import assert_envelope
 
 pytestmark = pytest.mark.integration
 

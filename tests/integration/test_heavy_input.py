@@ -25,9 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import USED_KEYS, build_settings, start_gateway
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import RedisProcess, ServerThread
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.gateways import build_settings, start_gateway
+from devsupport.servers import RedisProcess, ServerThread
+from tests.integration.conftest import USED_KEYS
 
 pytestmark = pytest.mark.integration
 

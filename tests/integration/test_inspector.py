@@ -16,12 +16,13 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import RedisProcess, ServerThread
 from gateway.config import ConfigError, parse_settings
 from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY
-from tests.integration.conftest import GatewayFactory, Memory, say, sdk
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import RedisProcess, ServerThread
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import Memory, say, sdk
 
 pytestmark = pytest.mark.integration
 

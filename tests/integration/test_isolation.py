@@ -24,6 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devsupport.fake_upstream import SLOW_SUMMARIZER_S, FakeUpstream
+from devsupport.servers import RedisProcess, ServerThread
 from gateway.identity import tenant_id
 from gateway.memory.model import Message
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, UserKeys
@@ -34,11 +36,10 @@ from tests.integration.conftest import (
     find_logged_contents,
     on_one_redis_and_a_cluster,
     redis_dump,
-    register_content,
 )
-from tests.support.fake_upstream import SLOW_SUMMARIZER_S, FakeUpstream
+from tests.support.clients import register_content
 from tests.support.jobs import notices
-from tests.support.servers import RedisProcess, ServerThread
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -278,13 +279,6 @@ def stream_mentions(redis_server: RedisProcess, text: str) -> bool:
         )
     finally:
         client.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"not reached in {timeout} s: {what}"
-        time.sleep(0.02)
 
 
 def summarizer_calls(fake: FakeUpstream, kind: str = "") -> int:

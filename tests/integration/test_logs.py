@@ -21,18 +21,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from devsupport.servers import RedisProcess, ServerThread
 from gateway.identity import tenant_id
 from gateway.memory.model import Message
 from gateway.request_log import JsonFormatter, RequestIdFilter
 from gateway.tokens import TokenCounter
-from tests.integration.conftest import (
-    GatewayFactory,
-    find_secrets,
-    register_content,
-    sdk,
-)
+from tests.integration.conftest import GatewayFactory, find_secrets
+from tests.support.clients import register_content, sdk
 from tests.support.processes import Served
-from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
 

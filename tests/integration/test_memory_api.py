@@ -11,19 +11,21 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.config import PRESETS
+from devsupport.servers import RedisProcess, ServerThread, running_redis
+from gateway.errors import SummarizerUnavailable
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message
-from gateway.memory.summarizer import Summarizer, SummarizerUnavailable
+from gateway.memory.summarizer import Summarizer
+from gateway.presets import PRESETS
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
-from tests.integration.conftest import GatewayFactory, Memory, on_one_redis_and_a_cluster, say, sdk
-from tests.integration.test_presets import ranges
+from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
+from tests.support.clients import Memory, ranges, say, sdk
 from tests.support.jobs import notices, streams
 from tests.support.processes import worker_process
-from tests.support.servers import RedisProcess, ServerThread, running_redis
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +38,6 @@ def all_session_keys(redis_server: RedisProcess) -> set[bytes]:
         return {k for k in client.scan_iter(count=1000) if k.startswith(b"mg:{")}
     finally:
         client.close()
-
-
-def wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_chat_turns_are_summarized_in_the_background(

@@ -4,40 +4,21 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import httpx
 import pytest
 
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import RedisProcess, ServerThread
+from devsupport.stored import roles_and_text, stored_log
 from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
-from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster, say, sdk
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import RedisProcess, ServerThread
+from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
+from tests.support.clients import say, sdk
 
 pytestmark = pytest.mark.integration
 
 redis_server = on_one_redis_and_a_cluster()
-
-
-def stored_log(redis_server: RedisProcess, key: str, session: str) -> list[dict]:
-    client = redis_server.client()
-    try:
-        return log_of(client, key, session)
-    finally:
-        client.close()
-
-
-def log_of(client: Any, key: str, session: str) -> list[dict]:
-    """A session's stored messages, read with ``client`` (a Redis or a cluster client)."""
-    secret = client.get(TENANT_SECRET_KEY)
-    assert secret is not None
-    keys = SessionKeys(tenant_id(secret, key), session)
-    return [json.loads(raw) for raw in client.lrange(keys.log, 0, -1)]
-
-
-def roles_and_text(log: list[dict]) -> list[tuple[str, str | None]]:
-    return [(m["role"], m["content"]) for m in log]
 
 
 def test_model_remembers_across_turns_when_client_sends_only_new_messages(

@@ -12,39 +12,20 @@ import httpx
 import openai
 import pytest
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 
+from devsupport.servers import RedisProcess, free_port, running_redis
 from gateway.memory.model import Message
 from gateway.tokens import TokenCounter
-from tests.integration.conftest import GatewayFactory, register_content, say, sdk
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import register_content, say, sdk
 from tests.support.jobs import streams
+from tests.support.metrics import Samples, moved, scrape, value
 from tests.support.processes import Served
-from tests.support.servers import RedisProcess, free_port, running_redis
 
 pytestmark = pytest.mark.integration
 
 CHAT = "/v1/chat/completions"
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 REQUESTS = "memory_gateway_requests_total"
-
-
-def scrape(url: str, **headers: str) -> Samples:
-    response = httpx.get(url + "/metrics", headers=headers, timeout=10)
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/plain")
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def moved(before: Samples, after: Samples, name: str, **labels: str) -> float:
-    return value(after, name, **labels) - value(before, name, **labels)
 
 
 def requests(before: Samples, after: Samples, route: str, status: int, method: str = "POST") -> int:

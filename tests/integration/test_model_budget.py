@@ -16,16 +16,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import GatewayFactory, Memory, register_content
-from tests.integration.test_memory_proxy import stored_log
-from tests.support.fake_upstream import SMALL_CONTEXT_TOKENS, FakeUpstream, prompt_tokens
-from tests.support.servers import RedisProcess, ServerThread
+from devsupport.fake_upstream import SMALL_CONTEXT_TOKENS, FakeUpstream, prompt_tokens
+from devsupport.servers import RedisProcess, ServerThread
+from devsupport.stored import stored_log
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import LONG, Memory, register_content
 
 pytestmark = pytest.mark.integration
 
 # The configuration's defaults, not the tests' usual preset.
 DEFAULTS = {"memory": {"preset": "hybrid-recall"}}
-LONG = "my note {i}: " + "the quick brown fox jumps over the lazy dog near the river bank " * 16
 
 
 def _grown(gateway: ServerThread, key: str, session: str, messages: int = 200) -> Memory:

@@ -17,12 +17,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from devsupport.servers import RedisProcess, ServerThread, free_port, running_redis
 from gateway import metrics
 from gateway.cli import main
 from gateway.config import ConfigError, parse_settings
-from tests.integration.conftest import GatewayFactory, say, sdk
-from tests.integration.test_metrics import moved, scrape
-from tests.support.servers import RedisProcess, ServerThread, free_port, running_redis
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import say, sdk
+from tests.support.metrics import moved, scrape
 
 pytestmark = pytest.mark.integration
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import ServerThread
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import ServerThread
 
 pytestmark = pytest.mark.integration
 

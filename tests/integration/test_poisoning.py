@@ -14,10 +14,11 @@ from typing import Any
 import openai
 import pytest
 
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import ServerThread
 from gateway.memory.summary_rules import CONTINUATION
-from tests.integration.conftest import GatewayFactory, Memory, register_content, sdk
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import ServerThread
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import Memory, register_content, sdk
 
 pytestmark = pytest.mark.integration
 

@@ -11,18 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import ServerThread
 from gateway.tokens import TokenCounter
 from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import ServerThread
+from tests.support.clients import ranges
 
 pytestmark = pytest.mark.integration
 
 redis_server = on_one_redis_and_a_cluster()
-
-
-def ranges(state: dict[str, Any]) -> list[tuple[int, int]]:
-    return [(s["range"]["start"], s["range"]["end"]) for s in state["summaries"]]
 
 
 def window(state: dict[str, Any]) -> list[int]:

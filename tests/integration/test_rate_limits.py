@@ -6,22 +6,22 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import RedisProcess, ServerThread
 from gateway.auth import Caller, key_id
 from gateway.config import parse_settings
 from gateway.errors import TooManyRequests
 from gateway.rate_limits import REFUSAL_MEMO_S, LimitPolicy, RateLimiter
 from gateway.store.redis_store import RedisStore
 from tests.integration.conftest import USED_KEYS, GatewayFactory
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.servers import RedisProcess, ServerThread
+from tests.support.waiting import wait_for
 
 OPERATOR_KEY = "sk-operator-" + secrets.token_urlsafe(16)
 USED_KEYS.append(OPERATOR_KEY)
@@ -56,13 +56,6 @@ def assert_refused(response: httpx.Response, kind: str) -> int:
     retry_after = int(response.headers["retry-after"])
     assert 1 <= retry_after <= 120
     return retry_after
-
-
-def eventually(check: Callable[[], bool], within_s: float = 5.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def limited(**tenant: int) -> dict[str, Any]:
@@ -146,14 +139,14 @@ async def test_a_caller_refused_a_moment_ago_is_refused_without_a_round_trip(
     clock = Clock(2500 * 60.0)
     limiter, caller = _limiter(store, clock, concurrent=1)
     sent = 0
-    send = store.send
+    execute = store.execute
 
-    async def counted(commands: Any) -> Any:
+    async def counted(commands: Any, **options: Any) -> Any:
         nonlocal sent
         sent += 1
-        return await send(commands)
+        return await execute(commands, **options)
 
-    store.send = counted  # type: ignore[method-assign]
+    store.execute = counted  # type: ignore[method-assign]
     assert await limiter.admit(caller) is not None
     for _ in range(5):
         with pytest.raises(TooManyRequests):
@@ -281,7 +274,7 @@ def test_requests_in_flight_are_limited_until_their_streams_end(
         thread.join(10)
     assert finished == [200, 200]
     # Their slots are given back once their last bytes are sent.
-    eventually(lambda: chat(gateway, api_key).status_code == 200)
+    wait_for(lambda: chat(gateway, api_key).status_code == 200, 5.0)
 
 
 def test_a_client_that_leaves_gives_its_slot_back(
@@ -299,7 +292,7 @@ def test_a_client_that_leaves_gives_its_slot_back(
         assert response.status_code == 200
         assert_refused(chat(gateway, api_key), "requests")
     # The client closed its connection mid-stream.
-    eventually(lambda: chat(gateway, api_key).status_code == 200)
+    wait_for(lambda: chat(gateway, api_key).status_code == 200, 5.0)
 
 
 def test_tokens_a_minute_refuse_the_next_request_once_used(
@@ -308,7 +301,7 @@ def test_tokens_a_minute_refuse_the_next_request_once_used(
     # The fake upstream's usage: 10 prompt + 5 completion tokens a turn.
     gateway = make_gateway(**limited(tokens_per_minute=30))
     assert chat(gateway, api_key, session=session_id, text="the first turn").status_code == 200
-    eventually(lambda: chat(gateway, api_key, session=session_id).status_code == 429)
+    wait_for(lambda: chat(gateway, api_key, session=session_id).status_code == 429, 5.0)
     refused = chat(gateway, api_key, session=session_id)
     assert_refused(refused, "tokens")
     assert refused.headers["x-ratelimit-limit-tokens"] == "30"

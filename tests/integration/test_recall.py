@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import GatewayFactory, Memory, say, sdk
-from tests.support.fake_upstream import FakeUpstream
+from devsupport.fake_upstream import FakeUpstream
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import Memory, import_all, say, sdk
 
 pytestmark = pytest.mark.integration
 
@@ -37,16 +38,6 @@ def conversation(length: int, planted: dict[int, str], seed: int = 3) -> list[di
             text = "Sure, here is a thought: " + rng.choice(FILLER).lower()
         messages.append({"role": "user" if index % 2 else "assistant", "content": text})
     return messages
-
-
-def import_all(memory: Memory, messages: list[dict[str, str]], headers: Any = None) -> None:
-    for start in range(0, len(messages), 60):
-        batch = messages[start : start + 60]
-        response = memory.http.post(
-            memory.base + "/messages", json={"messages": batch}, headers=headers or {}
-        )
-        assert response.status_code == 200, response.text
-        memory.flush()
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.integration.conftest import GatewayFactory, Memory, build_settings, say, sdk
-from tests.support.fake_upstream import FakeUpstream
-from tests.support.load import (
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.gateways import build_settings
+from devsupport.load import (
     Load,
     acknowledged,
     acknowledged_but_not_stored_once,
@@ -28,8 +28,10 @@ from tests.support.load import (
     report,
     timed_asks,
 )
-from tests.support.servers import RedisProcess, ServerThread, free_port, running_redis
-from tests.support.tcp_proxy import proxy_to
+from devsupport.servers import RedisProcess, ServerThread, free_port, running_redis
+from devsupport.tcp_proxy import proxy_to
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import Memory, say, sdk
 
 pytestmark = pytest.mark.integration
 

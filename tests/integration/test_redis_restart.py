@@ -7,8 +7,8 @@ import threading
 import httpx
 import pytest
 
+from devsupport.servers import running_redis
 from tests.integration.conftest import GatewayFactory
-from tests.support.servers import running_redis
 
 pytestmark = pytest.mark.integration
 

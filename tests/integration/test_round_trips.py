@@ -10,7 +10,6 @@ ended session), and the turn's messages make a summarization job due.
 
 from __future__ import annotations
 
-import inspect
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,21 +17,20 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from redis.asyncio.connection import Connection
 
-from gateway.config import PRESETS, MemoryConfig
+from devsupport.fake_upstream import FakeUpstream
+from devsupport.servers import RedisProcess
+from gateway.config import MemoryConfig
 from gateway.identity import Identity, MemoryMode
 from gateway.memory.jobs import schedule
 from gateway.memory.model import Message
-from gateway.memory.service import MemoryService, session_keys
-from gateway.store.connections import _Link
+from gateway.presets import PRESETS
+from gateway.service.memory_service import MemoryService
+from gateway.service.turn import session_keys
 from gateway.store.redis_store import RedisStore
 from gateway.tokens import TokenCounter
-from tests.integration.conftest import Memory, build_settings, register_content, say, sdk
-from tests.integration.test_recall import import_all
-from tests.support.fake_upstream import FakeUpstream
+from tests.support.clients import Memory, import_all, register_content, say, sdk
 from tests.support.jobs import notices, notices_withdrawn
-from tests.support.servers import RedisProcess, ServerThread
 
 pytestmark = pytest.mark.integration
 
@@ -42,76 +40,10 @@ QUESTION = "What was my booking reference QX-48213 about?"
 EARLIER = "My dog is called Rexford and he loves the beach."
 
 
-class RoundTrips:
-    """Every round trip the counted connections made, by the store method that made it."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def count_request_path(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The request path's shared connections: a round trip is one call's send."""
-        calls = self.calls
-        send = _Link.send
-
-        def counted(link: _Link, packed: bytes, waiting: Any) -> None:
-            calls.append(_store_method())
-            send(link, packed, waiting)
-
-        monkeypatch.setattr(_Link, "send", counted)
-
-    def connection_class(self) -> type[Connection]:
-        calls = self.calls
-
-        class Counting(Connection):
-            async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-                # A new connection's handshake is the connection's, once, not a request's.
-                if not any(f.function.startswith("on_connect") for f in inspect.stack(context=0)):
-                    calls.append(_store_method())
-                await super().send_packed_command(command, check_health)
-
-        return Counting
-
-
-def _store_method() -> str:
-    """The RedisStore method the round trip was for (the outermost one on the stack)."""
-    names = [f.function for f in inspect.stack(context=0) if f.filename.endswith("redis_store.py")]
-    return names[-1] if names else "?"
-
-
 @pytest.fixture(autouse=True)
 def _withdraw_notices(redis_server: RedisProcess) -> Iterator[None]:
     with notices_withdrawn(redis_server.client):
         yield
-
-
-@pytest.fixture
-def counted_gateway(
-    upstream_url: str, redis_server: RedisProcess, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Any, RoundTrips]]:
-    """Gateways whose Redis connections count their round trips."""
-    from gateway.wiring import build_clients
-
-    started: list[ServerThread] = []
-    trips = RoundTrips()
-    trips.count_request_path(monkeypatch)
-
-    def make(preset: str, **memory: Any) -> ServerThread:
-        # Jobs stay pending (no in-process worker), so the test can see they were enqueued.
-        settings = build_settings(
-            upstream_url,
-            redis_server.url,
-            memory={"preset": preset, **memory},
-            worker={"in_process": False},
-        )
-        clients = build_clients(settings, settings.redis.url)
-        clients.store.client.connection_pool.connection_class = trips.connection_class()
-        thread = ServerThread(clients.create_app(settings), on_stop=clients.aclose).start()
-        started.append(thread)
-        return thread
-
-    yield make, trips
-    for thread in started:
-        thread.stop()
 
 
 def _history(length: int, planted: dict[int, str]) -> list[dict[str, str]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,3 +180,23 @@ def test_serve_with_gateway_keys_made_and_revoked_through_the_admin_api(
         assert served.stop() == 0
     output = served.log.read_text()
     assert "sk-operator-0123456789" not in output and key not in output
+
+
+def test_serve_stops_within_half_a_second_of_sigterm(served: tuple[Path, str]) -> None:
+    """Idle, as a service manager or ``docker stop`` finds it: the in-process worker's
+    blocked read of the job stream is cancelled, not waited out (here a 5 s one)."""
+    config, upstream_url = served
+    config.write_text(config.read_text() + "worker:\n  block_ms: 5000\n")
+    gateway = Served(config, env={"FAKE_UPSTREAM": upstream_url})
+    try:
+        assert ask(gateway.url, "my island is Crete") == "ack: my island is Crete"
+    finally:
+        started = time.monotonic()
+        status = gateway.stop(signal.SIGTERM)
+        elapsed = time.monotonic() - started
+    assert elapsed < 0.5, f"serve took {elapsed:.2f} s to stop: see {gateway.log}"
+    # A shutdown, not a kill: uvicorn ends by re-raising the signal once the app has
+    # stopped, and the app stopped its private Redis (whose socket it removes).
+    assert status == -signal.SIGTERM
+    assert "Application shutdown complete" in gateway.log.read_text()
+    assert (config.parent / "data" / "redis.sock").exists() is False

@@ -30,15 +30,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.integration.conftest import USED_KEYS, GatewayFactory
-from tests.integration.test_memory_proxy import stored_log
-from tests.support.invariants import (
+from devsupport.invariants import (
     numbering_problems,
     once_problems,
     pairing_problems,
     version_problems,
 )
-from tests.support.servers import RedisProcess, ServerThread, running_redis
+from devsupport.servers import RedisProcess, ServerThread, running_redis
+from devsupport.stored import stored_log
+from tests.integration.conftest import USED_KEYS, GatewayFactory
 
 pytestmark = pytest.mark.integration
 

@@ -11,22 +11,22 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 import tracemalloc
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
+from devsupport.fake_upstream import FakeUpstream, gzip_bomb
+from devsupport.gateways import build_settings
+from devsupport.servers import RedisProcess, ServerThread
+from devsupport.stored import stored_log
 from gateway import offload
 from gateway.proxy.answer_tokens import COUNTED_CHARS
 from gateway.tokens import TokenCounter
 from gateway.wiring import build_clients
-from tests.integration.conftest import GatewayFactory, build_settings
-from tests.integration.test_memory_proxy import stored_log
-from tests.support.fake_upstream import FakeUpstream, gzip_bomb
-from tests.support.servers import RedisProcess, ServerThread
+from tests.integration.conftest import GatewayFactory
+from tests.support.waiting import reached
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,7 @@ def test_an_oversized_stream_ends_with_an_error_event_and_nothing_is_recorded(
     assert peak < PEAK_BYTES, f"{peak / 2**20:.0f} MiB allocated for a {LIMIT}-byte limit"
     if model != "gzip-bomb":  # (the bomb is one write, gone before the gateway stops)
         # The gateway hung up on the upstream at the limit: it stops generating.
-        assert _eventually(lambda: any(d.model == model for d in fake_upstream.disconnects))
+        assert reached(lambda: any(d.model == model for d in fake_upstream.disconnects))
 
 
 def test_a_passthrough_is_cut_at_the_limit_counted_on_the_wire(
@@ -136,7 +136,7 @@ def test_a_passthrough_is_cut_at_the_limit_counted_on_the_wire(
         for chunk in response.iter_raw():
             received += len(chunk)
     assert LIMIT // 2 < received <= LIMIT  # then the connection was cut, not ended
-    assert _eventually(lambda: any(d.model == "huge-answer" for d in fake_upstream.disconnects))
+    assert reached(lambda: any(d.model == "huge-answer" for d in fake_upstream.disconnects))
     # Relayed raw, a gzip bomb is the ~51 KB it is on the wire: passed whole, for the
     # client to inflate if it wants.
     with httpx.stream(
@@ -178,7 +178,7 @@ def test_a_full_upstream_pool_is_a_quick_503_with_retry_after(
         for response in held:
             response.close()
     # Their clients gone, the streams' connections are given back: requests go through.
-    assert _eventually(
+    assert reached(
         lambda: (
             httpx.post(
                 url,
@@ -244,7 +244,7 @@ def test_an_abandoned_long_stream_is_counted_off_the_loop_and_in_part(
                 received += len(chunk)
                 if received > 4 * COUNTED_CHARS:
                     break  # the client leaves an answer that never ends
-        assert _eventually(lambda: lines.line(request_id) is not None)
+        assert reached(lambda: lines.line(request_id) is not None)
         line = lines.line(request_id)
         assert line is not None
     finally:
@@ -257,15 +257,6 @@ def test_an_abandoned_long_stream_is_counted_off_the_loop_and_in_part(
     assert all(thread != gateway.thread.name for thread, _ in big)  # never on the loop
     assert max(chars for _, chars in big) <= COUNTED_CHARS  # and only a part of it
     assert stored_log(redis_server, api_key, session_id) == []
-
-
-def _eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 @pytest.mark.parametrize("stream", [False, True])

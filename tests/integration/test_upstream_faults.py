@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -14,12 +13,14 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import GatewayFactory, say, sdk
-from tests.integration.test_memory_proxy import stored_log
-from tests.support.disconnects import RawChat, measure_disconnects
-from tests.support.fake_upstream import BIG_WORD, FakeUpstream
+from devsupport.disconnects import RawChat, measure_disconnects
+from devsupport.fake_upstream import BIG_WORD, FakeUpstream
+from devsupport.servers import RedisProcess, ServerThread, free_port
+from devsupport.stored import stored_log
+from tests.integration.conftest import GatewayFactory
+from tests.support.clients import say, sdk
 from tests.support.resetting_upstream import ResettingUpstream
-from tests.support.servers import RedisProcess, ServerThread, free_port
+from tests.support.waiting import reached
 
 pytestmark = pytest.mark.integration
 
@@ -47,18 +48,6 @@ def data_events(response: httpx.Response) -> list[str]:
 
 def turns(redis_server: RedisProcess, key: str, session: str) -> list[tuple[str, str]]:
     return [(m["role"], m["content"]) for m in stored_log(redis_server, key, session)]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
-# --- Upstream errors ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -161,7 +150,7 @@ def test_first_byte_timeout_is_a_504(
     assert response.json()["error"]["type"] == "upstream_timeout"
     assert elapsed < 2.5
     # The gateway hung up on the upstream: the call ends there, not 3 s later.
-    assert wait_for(lambda: bool(fake_upstream.disconnects), timeout=1.5)
+    assert reached(lambda: bool(fake_upstream.disconnects), timeout=1.5)
     assert len(fake_upstream.chat_requests()) == 1
 
 
@@ -320,10 +309,10 @@ def test_client_leaving_cancels_the_upstream_within_a_second_and_records_nothing
         assert client.read_until(RawChat.has_head)
     if model == "slow-stream":
         assert client.read_until(lambda c: len(c.events()) >= 2)
-    assert wait_for(lambda: bool(fake_upstream.in_flight))  # the upstream is at work
+    assert reached(lambda: bool(fake_upstream.in_flight), 3.0)  # the upstream is at work
     time.sleep(0.2)
     left_at = client.leave()
-    assert wait_for(lambda: bool(fake_upstream.disconnects)), "the upstream was not cancelled"
+    assert reached(lambda: bool(fake_upstream.disconnects), 3.0), "the upstream was not cancelled"
     assert fake_upstream.disconnects[0].at - left_at < 1.0
     assert not fake_upstream.in_flight
     assert len(fake_upstream.chat_requests()) == 1
@@ -372,7 +361,7 @@ def _leave_near_the_end(
     else:
         time.sleep(leave_after)
     client.leave()
-    assert wait_for(partial(_ended, fake, text))
+    assert reached(partial(_ended, fake, text), 3.0)
     time.sleep(max(0.0, resumed - time.monotonic()) + 0.1)  # a recording under way ends
     whole = [("user", text), ("assistant", f"ack: {text}")]
     return _EndRun(turns(redis_server, key, session), whole, log_at_done)

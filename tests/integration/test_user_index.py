@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.config import PRESETS
+from devsupport.servers import running_redis
+from gateway.presets import PRESETS
 from gateway.store.redis_store import IDLE_BATCH
 from tests.integration.conftest import GatewayFactory
-from tests.support.servers import running_redis
 
 pytestmark = pytest.mark.integration
 

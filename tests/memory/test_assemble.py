@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from gateway.config import (
+from gateway.memory.assemble import Context, Receipt, assemble, window_units
+from gateway.memory.block import MEMORY_HEADER
+from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
+from gateway.memory.model import Fact, KeyQA, Message, Pin, RollingSummary, Summary, Tiers
+from gateway.memory.reconcile import Reconciled
+from gateway.presets import (
     PRESETS,
     ChunkTier,
     Composition,
@@ -21,16 +26,7 @@ from gateway.config import (
     RollingTier,
     WindowTier,
 )
-from gateway.memory.assemble import (
-    MEMORY_HEADER,
-    Context,
-    Receipt,
-    assemble,
-    window_units,
-)
-from gateway.memory.model import Fact, KeyQA, Message, Pin, RollingSummary, Summary, Tiers
-from gateway.memory.reconcile import Reconciled
-from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, TokenCounter
+from gateway.tokens import TokenCounter
 
 
 def count(text: str) -> int:
@@ -899,3 +895,37 @@ def test_fallbacks_wait_for_recall_but_model_made_tiers_do_not() -> None:
     tight = assemble(plan, budget_tokens=budget, count=count, recalled=hits, **kwargs)
     assert tight.receipt.summaries == ((16, 30),)  # the fallback gave way, not recall
     assert tight.receipt.recalled == roomy.receipt.recalled
+
+
+def test_model_made_summaries_and_facts_leave_recall_its_reserve() -> None:
+    from gateway.memory.assemble import Recalled
+
+    # Model-made gist worth far more than the budget: without the reserve it would take
+    # everything and recall nothing (a 1,500-token budget against 3 summaries and 15
+    # facts of a summarizer).
+    tiers = Tiers(
+        summaries=tuple(Summary(s, s + 14, "what the model wrote " * 60) for s in (1, 16, 31)),
+        facts=tuple(Fact(f"fact {i} " * 20, i, i) for i in range(1, 16)),
+    )
+    hits = [Recalled(said(i, f"fact number {i} here", SAT)) for i in range(40, 600)]
+    plan = turn(conv(2))
+    kwargs: dict[str, Any] = dict(tiers=tiers, pins=(), memory_role="system", count=count)
+    budget = 1_500
+    recalled = []
+    for reserve in (0.0, 0.5, 0.8):
+        composition = RECALL.model_copy(
+            update={"recall": RECALL.recall.model_copy(update={"reserve": reserve})}
+        )
+        context = assemble(
+            plan, budget_tokens=budget, recalled=hits, composition=composition, **kwargs
+        )
+        sections = context.receipt.memory_sections
+        gist = sections.get("summaries", 0) + sections.get("facts", 0)
+        assert gist <= budget * (1 - reserve), (reserve, sections)
+        assert context.receipt.total_tokens <= budget
+        recalled.append(sections.get("recall", 0))
+        if reserve:
+            # Recall fills what the gist left (less the window's and the frame's share).
+            assert sections["recall"] >= budget * reserve - 200, (reserve, sections)
+            assert gist > 0  # and the gist still has its room
+    assert recalled == sorted(recalled) and recalled[0] < recalled[1] < recalled[2], recalled

@@ -25,18 +25,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.config import (
-    PRESETS,
-    ChunkTier,
-    Composition,
-    FactsTier,
-    PinsTier,
-    RecursiveTier,
-    RollingTier,
-    TierName,
-    WindowTier,
-)
-from gateway.memory.assemble import MEMORY_HEADER, Context, assemble, quoted, window_units
+from gateway.memory.assemble import Context, assemble, window_units
+from gateway.memory.block import MEMORY_HEADER, quoted
+from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.model import (
     CONVERSATION_ROLES,
     Fact,
@@ -49,7 +40,18 @@ from gateway.memory.model import (
     Tiers,
 )
 from gateway.memory.reconcile import Reconciled, reconcile
-from gateway.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY, TokenCounter
+from gateway.presets import (
+    PRESETS,
+    ChunkTier,
+    Composition,
+    FactsTier,
+    PinsTier,
+    RecursiveTier,
+    RollingTier,
+    TierName,
+    WindowTier,
+)
+from gateway.tokens import TokenCounter
 
 Count = Callable[[str], int]
 

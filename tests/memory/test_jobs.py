@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.config import PRESETS, ChunkTier, Composition, FactsTier, RecursiveTier
 from gateway.memory.jobs import Job, needed_range, run_job, schedule
 from gateway.memory.model import KeyQA, Message, RollingSummary, Summary, Tiers
 from gateway.memory.summarizer import Written
+from gateway.presets import PRESETS, ChunkTier, Composition, FactsTier, RecursiveTier
 
 ROLLING_WINDOW = PRESETS["rolling-window"]
 RECURSIVE = PRESETS["recursive-summary"]

@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from gateway.memory.model import Message, SessionState
+from gateway.memory.model import (
+    Fact,
+    Message,
+    Pin,
+    RollingSummary,
+    SessionState,
+    Summary,
+    Tiers,
+)
 from gateway.memory.reconcile import Reconciled, reconcile
 
 
@@ -317,3 +325,138 @@ def test_a_stored_unanswered_turn_sent_again_is_a_retry_not_a_new_turn() -> None
         assert plan.to_record == () and plan.truncate_to is None
         assert [m.index for m in plan.new] == [3]
         assert [m.index for m in plan.prior] == [1, 2]
+
+
+# --- edits: a new branch from the edited message -------------------------------------------
+
+BUSINESS, ECONOMY = u("Book me a flight to Lisbon in business class"), u("... in economy class")
+
+
+def test_edit_resent_up_to_the_edited_message_branches_there() -> None:
+    loaded = state(U1, A1, BUSINESS, a("Booked: business"), U3, A3)
+    result = reconcile([sys(), U1, A1, ECONOMY], loaded)
+    assert result.branch_from == 2
+    assert result.truncate_to is None
+    assert texts(result.to_record) == texts((ECONOMY,))
+    assert result.prior == loaded.tail[:2]
+    assert texts(result.new) == texts((ECONOMY,))
+    assert result.prompt == (sys(),)
+    assert result.expected_count == 6  # the cut relies on the log as loaded
+
+
+def test_edit_of_a_later_message_keeps_everything_before_it() -> None:
+    loaded = state(U1, A1, U2, A2, U3, A3, U4, a("a4"))
+    result = reconcile([U1, A1, U2, A2, U3, A3, u("u4 edited")], loaded)
+    assert result.branch_from == 6
+    assert [m.index for m in result.prior] == [1, 2, 3, 4, 5, 6]
+
+
+def test_edit_against_a_partial_tail_needs_several_agreeing_messages() -> None:
+    loaded = state(U1, A1, U2, A2, U3, A3, count=46)  # indexes 41..46
+    older = [u("u0"), a("a0")]
+    result = reconcile([*older, U1, A1, U2, A2, u("u3 edited")], loaded)
+    assert result.branch_from == 44
+    assert [m.index for m in result.prior] == [41, 42, 43, 44]
+    assert texts(result.to_record) == [("user", "u3 edited")]
+    # A sliding window ending at the edited message is the same evidence.
+    window = reconcile([U1, A1, U2, A2, u("u3 edited")], loaded)
+    assert window.branch_from == 44
+
+
+def test_edit_inside_the_history_of_a_full_history_client() -> None:
+    # The client edited u3 elsewhere, went on, and sends its whole conversation.
+    loaded = state(U1, A1, U2, A2, U3, A3)
+    result = reconcile([U1, A1, U2, A2, u("u3x"), a("a3x"), U4], loaded)
+    assert result.branch_from == 4
+    assert texts(result.to_record) == [("user", "u3x"), ("assistant", "a3x"), ("user", "u4")]
+    assert texts(result.prior) == texts((U1, A1, U2, A2, u("u3x"), a("a3x")))
+    assert texts(result.new) == [("user", "u4")]
+
+
+def test_edit_branches_at_the_latest_place_the_history_lines_up() -> None:
+    loaded = state(U1, A1, U2, A2, U1, A1, U2, A2, U3, A3)
+    result = reconcile([U1, A1, U2, A2, U1, A1, U2, A2, u("u3 edited")], loaded)
+    assert result.branch_from == 8
+
+
+def test_edit_abandons_nothing_summaries_or_pins_came_from() -> None:
+    loaded = state(U1, A1, U2, A2, U3, A3)
+    request = [U1, A1, u("u2 edited")]
+    assert reconcile(request, loaded).branch_from == 2
+    summarized = replace(loaded, tiers=Tiers(summaries=(Summary(1, 4, "s"),)))
+    rolling = replace(loaded, tiers=Tiers(rolling=RollingSummary("r", 1, 4)))
+    pinned = replace(loaded, pins=(Pin("p", "seat 14C", 0.9, source_index=3),))
+    for derived in (summarized, rolling, pinned):
+        result = reconcile(request, derived)
+        assert result.branch_from is None and result.truncate_to is None
+        assert texts(result.prior) == texts(loaded.tail)  # today's rule: the store wins
+    # Made from messages before the edit only: the edit stands.
+    early = replace(loaded, tiers=Tiers(summaries=(Summary(1, 2, "s"),)))
+    assert reconcile(request, early).branch_from == 2
+    # Facts are redone after an edit (memory.branches), so they never stop one.
+    facts = replace(loaded, tiers=Tiers(facts_end=6, facts=(Fact("my seat is 14C", 1, 6),)))
+    assert reconcile(request, facts).branch_from == 2
+
+
+@pytest.mark.parametrize(
+    ("request_messages", "loaded"),
+    [
+        pytest.param([u("new")], state(U1, A1, U2, A2), id="single new message"),
+        pytest.param([U2], state(U1, A1, U2, A2), id="single message repeating one stored"),
+        pytest.param(
+            [U2, A2, U3, A3, U4], state(U1, A1, U2, A2, U3, A3), id="sliding window at the end"
+        ),
+        pytest.param(
+            [U2, A2, u("other")], state(U1, A1, U2, A2, U3, A3), id="short window mid-log"
+        ),
+        pytest.param([U1, A1, U2, A2, U3], state(U1, A1), id="missed turns imported"),
+        pytest.param([U1, A1, U2], state(U1, A1, U2, A2), id="regenerate"),
+        pytest.param([U1, A1, U2], state(U1, A1, U2), id="retry of an unanswered turn"),
+        pytest.param([u("u1 edited")], state(U1, A1, U2, A2), id="edit of the very first message"),
+        pytest.param(
+            [U1, A1, U2, u("u3x")],
+            state(U1, A1, U2, A2, U3, A3),
+            id="history not ending with an answer",
+        ),
+        pytest.param(
+            [U1, A1, U2, A2, U3, a("a3 edited"), U4],
+            state(U1, A1, U2, A2, U3, A3),
+            id="edited assistant message",
+        ),
+        pytest.param(
+            [U1, A1, U2, A2, u("u3x")],
+            state(U2, A2, U3, A3, count=44),
+            id="edit before the loaded tail",
+        ),
+        pytest.param(
+            [U1, A1, U2, A2, U3],
+            state(u("ctx: u1"), A1, u("ctx: u2"), A2),
+            id="client storing its questions bare",
+        ),
+        pytest.param(
+            [U1, A1, u("u2 edited")],
+            state(U1, a(None, "c1"), t("c1"), A1, U2),
+            id="history skipping a tool exchange",
+        ),
+    ],
+)
+def test_not_an_edit(request_messages: list[Message], loaded: SessionState) -> None:
+    result = reconcile(request_messages, loaded)
+    assert result.branch_from is None
+    # Nothing stored is dropped from the conversation (a regenerate replaces only its
+    # answer, which the request does not have).
+    kept = loaded.tail if result.truncate_to is None else loaded.tail[: result.truncate_to]
+    assert (result.prior + result.new)[: len(kept)] == kept
+
+
+def test_an_edit_abandons_only_messages_recorded_before_the_request() -> None:
+    # Requests sent together with one history and different questions (a fan-out, two
+    # tabs) look like edits of each other: a log that just grew is never abandoned.
+    loaded = state(U1, A1, U2, A2)
+    loaded = replace(loaded, tail=tuple(m.but(ts=100.0 + m.index) for m in loaded.tail))
+    request = [U1, A1, u("u2 edited")]
+    assert reconcile(request, loaded, edits_before=200.0).branch_from == 2
+    assert reconcile(request, loaded, edits_before=104.0).branch_from is None
+    assert reconcile(request, loaded, edits_before=None).branch_from is None
+    same = reconcile(request, loaded, edits_before=None)
+    assert same.prior == loaded.tail and texts(same.to_record) == [("user", "u2 edited")]

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
+from devsupport.fake_upstream import BROKEN_SUMMARY, summarizer_reply
+from gateway.errors import SummarizerUnavailable
 from gateway.memory.model import KeyQA, Message
 from gateway.memory.summarizer import (
     FOLD_PROMPT,
     KINDS,
     Summarizer,
-    SummarizerUnavailable,
     Written,
     marker,
 )
@@ -31,47 +32,10 @@ from gateway.memory.summary_rules import (
     summary_problem,
 )
 from gateway.tokens import TokenCounter
-from tests.support.fake_upstream import BROKEN_SUMMARY, summarizer_reply
-
-Answer = str | Exception | Callable[[list[dict[str, str]]], str]
+from tests.support.fake_model import Answer, FakeModel
 
 SEAT = "my seat is 14C"
 ALLERGY = "allergic to penicillin"
-
-
-class FakeModel:
-    """A ChatModel that records every request and answers from a script.
-
-    The last answer repeats once the script runs out; an exception is raised; a callable
-    gets the request's messages.
-    """
-
-    def __init__(self, *answers: Answer) -> None:
-        self.answers = list(answers)
-        self.requests: list[tuple[list[dict[str, str]], int]] = []
-
-    async def complete(self, messages: list[dict[str, str]], *, max_tokens: int) -> str:
-        self.requests.append((messages, max_tokens))
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, Exception):
-            raise answer
-        if callable(answer):
-            return answer(messages)
-        return answer
-
-    @property
-    def kinds(self) -> list[str]:
-        kinds = []
-        for messages, _ in self.requests:
-            head = messages[0]["content"].split("\n", 1)[0]
-            kinds.append(head.removeprefix("[memory-gateway:").removesuffix("]"))
-        return kinds
-
-    def prompt(self, n: int = -1) -> str:
-        return self.requests[n][0][-1]["content"]
-
-    def system(self, n: int = -1) -> str:
-        return self.requests[n][0][0]["content"]
 
 
 COUNTER = TokenCounter()

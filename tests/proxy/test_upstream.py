@@ -13,7 +13,8 @@ from aiohttp import web
 
 from gateway.config import UpstreamConfig, UpstreamTimeouts
 from gateway.errors import InvalidRequest, UpstreamPoolFull, UpstreamTimeout, UpstreamUnreachable
-from gateway.proxy.upstream import Upstream, UpstreamStreamBroken
+from gateway.proxy.body import UpstreamStreamBroken
+from gateway.proxy.upstream import Upstream
 from tests.proxy.local_upstream import (
     RESET,
     LocalUpstream,

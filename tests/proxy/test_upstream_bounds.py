@@ -20,13 +20,8 @@ from hypothesis import strategies as st
 
 from gateway.config import UpstreamConfig, UpstreamTimeouts
 from gateway.errors import UpstreamPoolFull
-from gateway.proxy.upstream import (
-    Upstream,
-    UpstreamResponseTooLarge,
-    UpstreamStreamBroken,
-    _session,
-    _WholeEvents,
-)
+from gateway.proxy.body import UpstreamResponseTooLarge, UpstreamStreamBroken, WholeEvents
+from gateway.proxy.upstream import Upstream, client_session
 from tests.proxy.local_upstream import RESET, LocalUpstream, Script, eventually, local_upstream
 
 LIMIT = 256 * 1024
@@ -252,7 +247,7 @@ def test_whole_events_cut_only_at_event_ends(
     stream = "".join(f"data: {text}{end}{end}" for text, end in events).encode() + tail.encode()
     points = sorted({min(cut, len(stream)) for cut in cuts} | {0, len(stream)})
     pieces = [stream[a:b] for a, b in itertools.pairwise(points)]
-    whole = _WholeEvents()
+    whole = WholeEvents()
     out = [whole.feed(piece) for piece in pieces]
     assert b"".join(out) + whole.rest() == stream  # nothing lost, nothing reordered
     for sent in filter(None, out):
@@ -316,4 +311,4 @@ async def test_the_private_wait_it_bounds_is_checked_at_start(
     gateway refuses to start rather than leave the wait unbounded."""
     monkeypatch.delattr(aiohttp.BaseConnector, "_wait_for_available_connection")
     with pytest.raises(RuntimeError, match="_wait_for_available_connection"):
-        _session(pool_s=1.0)
+        client_session(pool_s=1.0)

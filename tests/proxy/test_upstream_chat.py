@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.memory.rerank import EmbeddingsUnavailable
-from gateway.memory.summarizer import SummarizerUnavailable
-from gateway.proxy.upstream import UpstreamChatModel, UpstreamEmbeddings
+from gateway.errors import EmbeddingsUnavailable, SummarizerUnavailable
+from gateway.proxy.models import UpstreamChatModel, UpstreamEmbeddings
 from tests.proxy.local_upstream import RESET, LocalUpstream, Script, local_upstream
 
 MESSAGES = [

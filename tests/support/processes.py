@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.servers import free_port
+from devsupport.servers import free_port
 
 
 class Served:
@@ -51,15 +51,15 @@ class Served:
             time.sleep(0.1)
         raise AssertionError("serve did not start: " + self.log.read_text())
 
-    def stop(self) -> int:
-        """SIGINT, as Ctrl-C; the exit status."""
-        self.process.send_signal(signal.SIGINT)
+    def stop(self, sig: signal.Signals = signal.SIGINT) -> int:
+        """SIGINT (as Ctrl-C) or ``sig``; the exit status."""
+        self.process.send_signal(sig)
         try:
             return self.process.wait(20)
         except subprocess.TimeoutExpired:
             self.process.kill()  # not left running for the tests after this one
             self.process.wait(10)
-            raise AssertionError(f"serve ignored SIGINT for 20 s: see {self.log}") from None
+            raise AssertionError(f"serve ignored {sig.name} for 20 s: see {self.log}") from None
 
 
 def worker_process(config: Path, log: Path | None = None) -> subprocess.Popen[bytes]:

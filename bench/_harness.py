@@ -1,0 +1,106 @@
+"""What the benchmarks share: child processes that die with the bench, ports, a
+gateway's health, CPU and memory of a process, quantiles and markdown tables.
+
+Servers the test suite uses too (Redis, a Redis Cluster, the fake upstream) are in
+``devsupport/``; nothing here imports ``tests/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from devsupport.servers import free_port
+
+__all__ = [
+    "DIE_WITH_PARENT",
+    "ROOT",
+    "cpu_seconds",
+    "free_port",
+    "ms",
+    "quantile",
+    "rss_kib",
+    "stop",
+    "table",
+    "wait_healthy",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs a child (``python -c DIE_WITH_PARENT <argv>``) so that it gets SIGINT when the
+# benchmark dies, even of SIGKILL (when no cleanup runs): Linux's PR_SET_PDEATHSIG (1)
+# survives the exec. Elsewhere, a plain exec.
+DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGINT)
+except OSError:
+    pass
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def wait_healthy(base: str, process: subprocess.Popen[bytes], logfile: Path) -> None:
+    """Poll /healthz until Redis is reachable; fail with the gateway's log if it died."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gateway exited:\n{logfile.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/healthz", timeout=2).json().get("status") == "ok":
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"gateway not healthy after 60 s:\n{logfile.read_text()[-3000:]}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, the gateway's normal stop (it stops its embedded Redis too); then kill."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """On-CPU time of all of a process's threads, in ns resolution (not 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (q in 0..1)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
+
+
+def ms(seconds: float, digits: int = 2) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1000:.{digits}f} ms"
+
+
+def table(header: Sequence[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(v) for v in row) + " |")
+    return "\n".join(lines)

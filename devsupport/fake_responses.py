@@ -1,0 +1,209 @@
+"""The fake upstream's ``POST /v1/responses``: the Responses API's shapes, streamed or not.
+
+The answer comes from the request's context exactly as the chat fake's does (``reply_to``
+over ``instructions`` and the ``input`` items read as messages), so a memory test passes
+only if the gateway really forwarded the remembered message. Models:
+
+    fake-model    answers from its context
+    tool-caller   calls get_weather, then answers from the function_call_output
+    slow-stream   text deltas 0.3 s apart
+    error-500     500 with an OpenAI error body, streamed or not
+    fail-stream   the stream ends with response.failed (no response.completed)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+
+def as_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``instructions`` and ``input`` as chat-like messages (what ``reply_to`` reads)."""
+    messages: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        messages.append({"role": "system", "content": body["instructions"]})
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*messages, {"role": "user", "content": items}]
+    for item in items or ():
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append({"role": item["role"], "content": item.get("content")})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "content": item.get("output")})
+        elif kind == "function_call":
+            messages.append({"role": "assistant", "content": None})
+    return messages
+
+
+def _usage() -> dict[str, Any]:
+    return {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 15,
+    }
+
+
+def response_object(
+    response_id: str, body: dict[str, Any], output: list[dict[str, Any]], status: str
+) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": body.get("model", "fake-model"),
+        "output": output,
+        "instructions": body.get("instructions"),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": body.get("tools") or [],
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "error": None,
+        "incomplete_details": None,
+        "metadata": {},
+        "previous_response_id": body.get("previous_response_id"),
+        "store": body.get("store", True),
+        "usage": _usage() if status == "completed" else None,
+    }
+
+
+def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": status,
+        "content": [part] if status == "completed" else [],
+    }
+
+
+def _call_item(item_id: str, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call["id"],
+        "status": status,
+        "name": call["function"]["name"],
+        "arguments": call["function"]["arguments"] if status == "completed" else "",
+    }
+
+
+def refusal(body: dict[str, Any], messages: list[dict[str, Any]]) -> Response | None:
+    """The error answers: a model that fails, an input with nothing to answer."""
+    if body.get("model") == "error-500":
+        error = {"message": "upstream exploded", "type": "server_error", "param": None,
+                 "code": None}  # fmt: skip
+        return JSONResponse({"error": error}, status_code=500)
+    if not messages:
+        error = {"message": "input: nothing to answer", "type": "invalid_request_error",
+                 "param": "input", "code": None}  # fmt: skip
+        return JSONResponse({"error": error}, status_code=400)
+    return None
+
+
+def complete(
+    response_id: str, body: dict[str, Any], answer: str | None, calls: list[dict[str, Any]] | None
+) -> Response:
+    output = [_call_item(f"fc_{i}", call) for i, call in enumerate(calls or ())]
+    if answer is not None:
+        output.insert(0, _message_item("msg_0", answer))
+    return JSONResponse(response_object(response_id, body, output, "completed"))
+
+
+def _event(kind: str, number: int, **fields: Any) -> bytes:
+    data = {"type": kind, "sequence_number": number, **fields}
+    return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+async def stream_events(
+    response_id: str,
+    body: dict[str, Any],
+    answer: str | None,
+    calls: list[dict[str, Any]] | None,
+    finished: Callable[[], None],
+) -> AsyncIterator[bytes]:
+    """The event stream of one response, as the OpenAI API sends it."""
+    model = body.get("model", "fake-model")
+    numbers = iter(range(1_000_000))
+    delay = 0.3 if model == "slow-stream" else 0.0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        return _event(kind, next(numbers), **fields)
+
+    yield event("response.created", response=response_object(response_id, body, [], "in_progress"))
+    yield event(
+        "response.in_progress", response=response_object(response_id, body, [], "in_progress")
+    )
+    output: list[dict[str, Any]] = []
+    if answer is not None:
+        item_id = "msg_0"
+        yield event(
+            "response.output_item.added",
+            output_index=0,
+            item=_message_item(item_id, "", "in_progress"),
+        )
+        place = {"item_id": item_id, "output_index": 0, "content_index": 0}
+        empty = {"type": "output_text", "text": "", "annotations": []}
+        yield event("response.content_part.added", **place, part=empty)
+        for n, word in enumerate(answer.split(" ")):
+            yield event(
+                "response.output_text.delta",
+                **place,
+                delta=word if n == 0 else " " + word,
+                logprobs=[],
+            )
+            if delay:
+                await asyncio.sleep(delay)
+        yield event("response.output_text.done", **place, text=answer, logprobs=[])
+        yield event(
+            "response.content_part.done",
+            **place,
+            part={"type": "output_text", "text": answer, "annotations": []},
+        )
+        done = _message_item(item_id, answer)
+        yield event("response.output_item.done", output_index=0, item=done)
+        output.append(done)
+    for call in calls or ():
+        index = len(output)
+        item_id = f"fc_{index}"
+        yield event(
+            "response.output_item.added",
+            output_index=index,
+            item=_call_item(item_id, call, "in_progress"),
+        )
+        arguments = call["function"]["arguments"]
+        for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+            yield event(
+                "response.function_call_arguments.delta",
+                item_id=item_id,
+                output_index=index,
+                delta=piece,
+            )
+        yield event(
+            "response.function_call_arguments.done",
+            item_id=item_id,
+            output_index=index,
+            arguments=arguments,
+            name=call["function"]["name"],
+        )
+        done = _call_item(item_id, call)
+        yield event("response.output_item.done", output_index=index, item=done)
+        output.append(done)
+    if model == "fail-stream":
+        failed = response_object(response_id, body, output, "failed")
+        failed["error"] = {"code": "server_error", "message": "the model failed"}
+        yield event("response.failed", response=failed)
+    else:
+        completed = response_object(response_id, body, output, "completed")
+        yield event("response.completed", response=completed)
+    finished()

@@ -1,0 +1,36 @@
+"""A gateway in this process, on a real socket, configured for the fake upstream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devsupport.servers import ServerThread
+from gateway.config import PASSTHROUGH_PATHS, Settings, parse_settings
+from gateway.wiring import build_clients
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Settings:
+    base = {
+        "upstream": {
+            "base_url": upstream_url,
+            "timeouts": {"first_byte_s": 5, "idle_s": 5},
+            # The fake upstream's own routes, beside the OpenAI API's.
+            "passthrough": [*PASSTHROUGH_PATHS, "echo/**", "redirect"],
+        },
+        "redis": {"url": redis_url},
+        "memory": {"preset": "hybrid"},
+        "summarizer": {"model": "fake-summarizer"},
+    }
+    return parse_settings(_merge(base, overrides), environ={})
+
+
+def start_gateway(settings: Settings) -> ServerThread:
+    clients = build_clients(settings, settings.redis.url)
+    return ServerThread(clients.create_app(settings), on_stop=clients.aclose).start()

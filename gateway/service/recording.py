@@ -1,0 +1,302 @@
+"""Recording a turn (or an import): its messages, the jobs and pins they make due, and
+what follows for the user's other sessions, in one round trip when nothing raced it."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from gateway import media
+from gateway.config import MemoryConfig
+from gateway.memory.branches import facts_after_branch
+from gateway.memory.jobs import Job, schedule
+from gateway.memory.model import Message, Pin, SessionState
+from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
+from gateway.presets import Composition
+from gateway.service.archives import Archives
+from gateway.service.images import Images, ingested
+from gateway.service.planning import Planner
+from gateway.service.turn import Turn, stored_receipt
+from gateway.store.catalog import REFRESH_S, StoredReceipt
+from gateway.store.keys import SessionKeys, UserKeys
+from gateway.store.redis_store import (
+    Joining,
+    Predicted,
+    RedisStore,
+    StoreUnavailable,
+    TailMoved,
+)
+
+log = logging.getLogger(__name__)
+
+# A Lua script unpacks its arguments onto the stack; imports go in batches below that limit.
+IMPORT_BATCH = 500
+END_JOB = Job("end", 0, 0, 0)
+# Records that lost a race for the tail and were planned again; each race needs another
+# turn to land in between, so a few attempts are plenty.
+RECORD_ATTEMPTS = 5
+# The first pause before recording again when Redis was unavailable (doubling, to 0.5 s).
+RETRY_PAUSE_S = 0.05
+
+
+def auto_pin(content: str, source_index: int, now: float) -> Pin:
+    """A pin the user asked for in a message; its id is derived, so a retry re-pins nothing."""
+    digest = hashlib.sha256(f"{source_index}:{content}".encode()).hexdigest()[:12]
+    return Pin(f"pin_auto_{digest}", content, AUTO_PIN_IMPORTANCE, source_index, "auto", now)
+
+
+class Recorder:
+    def __init__(
+        self,
+        store: RedisStore,
+        config: MemoryConfig,
+        composition: Composition,
+        planner: Planner,
+        archives: Archives,
+        images: Images,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.composition = composition
+        self.planner = planner
+        self.archives = archives
+        self.images = images
+
+    async def record(
+        self,
+        turn: Turn,
+        answer: Message,
+        *,
+        now: float,
+        retry_s: float = 0.0,
+        request_id: str | None = None,
+    ) -> None:
+        """Append this turn's new messages and the answer atomically, with their jobs.
+
+        A plan that relied on the stored tail is made again when a concurrent turn landed
+        first (``TailMoved``); after ``RECORD_ATTEMPTS`` such races the turn is not recorded
+        (the caller reports it degraded) rather than recorded twice.
+
+        Redis unavailable (``StoreUnavailable``) is retried for up to ``retry_s``: a Redis
+        restarting takes a moment, and the answer's acknowledgement waits for its record.
+        Every attempt carries the turn's record id, so one whose reply was lost (Redis
+        went away after running it) is not appended again by the next.
+
+        ``request_id`` names the request in the stored receipt (its log line and header).
+        """
+        (answer,) = await self.planner.counted_off_loop((answer,), turn.model)
+        record_id = secrets.token_hex(12)
+        receipt = stored_receipt(turn, now, self.config.receipts, request_id)
+        deadline = time.monotonic() + retry_s
+        pause = RETRY_PAUSE_S
+        while True:
+            try:
+                await self._record_once(turn, answer, now, record_id, receipt)
+                return
+            except StoreUnavailable:
+                if time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 0.5)
+
+    async def _record_once(
+        self,
+        turn: Turn,
+        answer: Message,
+        now: float,
+        record_id: str,
+        receipt: StoredReceipt | None,
+    ) -> None:
+        plan, state = turn.plan, turn.state
+        for attempt in range(RECORD_ATTEMPTS):
+            try:
+                recorded = await self._append(
+                    turn.keys,
+                    turn.identity.user_id,
+                    (*plan.to_record, answer),
+                    stored=state,
+                    now=now,
+                    truncate_to=plan.truncate_to if plan.branch_from is None else plan.branch_from,
+                    expected_count=plan.expected_count,
+                    receipt=receipt,
+                    record_id=record_id,
+                    blobs=turn.media,
+                )
+                if plan.branch_from is not None:
+                    await self._facts_after_branch(
+                        turn.keys, plan.branch_from, recorded.message_count
+                    )
+                return
+            except TailMoved:
+                if attempt == RECORD_ATTEMPTS - 1:
+                    raise
+            state = await self.store.load(turn.keys, self.config.reconcile_tail)
+            plan = self.planner.plan_again(turn.ingested or turn.messages, state, turn.model)
+
+    async def _facts_after_branch(self, keys: SessionKeys, kept: int, count: int) -> None:
+        """After an edit: the facts read from abandoned messages go, and what follows the
+        cut is read again (see ``memory.branches``). Only edits pay these round trips.
+
+        Between the record and this write a concurrent turn may still see those facts; a
+        job run meanwhile moves the tiers' version, and the write is made again."""
+        if self.composition.facts is None:
+            return
+        for _ in range(RECORD_ATTEMPTS):
+            exists, tiers, _ = await self.store.job_state(keys)
+            fixed = facts_after_branch(tiers, kept, count) if exists else None
+            if fixed is None:
+                return
+            updated, job = fixed
+            written = await self.store.write_tiers(keys, tiers.version, updated, job)
+            if written == 1:
+                await self.store.enqueue(keys, [job])
+            if written != 0:
+                return
+        log.warning("facts of an abandoned branch not redone: the tiers kept changing")
+
+    async def import_messages(
+        self,
+        keys: SessionKeys,
+        user_id: str | None,
+        messages: tuple[Message, ...],
+        *,
+        now: float,
+        model: str,
+    ) -> int:
+        """Append messages as if they had been exchanged (the same policy runs); the count."""
+        messages, blobs = await ingested(messages)
+        state = await self.store.load(keys, self.config.reconcile_tail)
+        for start in range(0, len(messages), IMPORT_BATCH):
+            batch = await self.planner.counted_off_loop(
+                messages[start : start + IMPORT_BATCH], model
+            )
+            state = await self._append(keys, user_id, batch, stored=state, now=now, blobs=blobs)
+        return state.message_count
+
+    async def _append(
+        self,
+        keys: SessionKeys,
+        user_id: str | None,
+        messages: tuple[Message, ...],
+        *,
+        stored: SessionState,
+        now: float,
+        truncate_to: int | None = None,
+        expected_count: int | None = None,
+        receipt: StoredReceipt | None = None,
+        record_id: str = "",
+        blobs: Mapping[str, media.Blob] | None = None,
+    ) -> SessionState:
+        """Record ``messages`` after the ``stored`` state, with the jobs and pins they make
+        due, in one round trip when the log is as ``stored`` says (see ``Predicted``). A
+        session new to its user finds their idle sessions in that round trip too.
+
+        Messages keep the time they carry (an import's); the others are stamped ``now``.
+        The images their references name go to the session's media hash from ``blobs``
+        (``memory.media: store``; with ``drop``, nowhere).
+
+        Returns what is known of the session afterwards (its count, turns, user and tail).
+        """
+        stamped = tuple(m if m.ts > 0 else m.but(ts=now) for m in messages)
+        vectors = await self.archives.encode(stamped) if self.archives.vectors is not None else []
+        before = (
+            stored.message_count if truncate_to is None else min(stored.message_count, truncate_to)
+        )
+        # A truncation that abandons user messages (an edit) takes them off the turns.
+        gone = sum(1 for m in stored.tail if m.index > before and m.role == "user")
+        expected = self.writes(stored.tail, stamped, before, stored.turns - gone, now)
+        user = UserKeys(keys.tenant, user_id) if user_id else None
+        cross = self.composition.cross_session
+        recorded = await self.store.record(
+            keys,
+            stamped,
+            now=now,
+            user_id=user_id,
+            truncate_to=truncate_to,
+            expected_count=expected_count,
+            vectors=vectors,
+            predicted=expected,
+            joining=self._joining(user, stored, now),
+            receipt=receipt,
+            listed=now - stored.updated >= REFRESH_S,
+            record_id=record_id,
+            active=user if cross is not None else None,
+            media=self.images.kept(stamped, blobs),
+        )
+        users = sum(1 for m in stamped if m.role == "user")
+        if not recorded.predicted:  # another turn landed in between: the real indexes
+            actual = self.writes(
+                stored.tail, stamped, recorded.first - 1, recorded.turns - users, now
+            )
+            if actual.jobs:
+                await self.store.enqueue(keys, actual.jobs)
+            for pin in actual.pins:
+                await self.store.add_pin(keys, pin)
+        if recorded.new_user and user is not None:
+            foreseen = user_id != stored.user_id
+            if not foreseen:  # a concurrent turn changed the session's user meanwhile
+                await self.store.index_user_session(user, keys.session_id)
+            if foreseen and cross is not None:
+                await self._end_sessions(user, recorded.idle)
+            else:
+                await self._end_idle_sessions(user, keys, now)
+        appended = tuple(m.but(index=recorded.first + i) for i, m in enumerate(stamped))
+        await self.archives.grown(keys, recorded.generation, appended, vectors)
+        history = tuple(m for m in stored.tail if m.index < recorded.first) + appended
+        return replace(
+            stored,
+            message_count=recorded.count,
+            turns=recorded.turns,
+            user_id=user_id or stored.user_id,
+            tail=history[-self.config.reconcile_tail :],
+        )
+
+    def writes(
+        self,
+        tail: tuple[Message, ...],
+        messages: tuple[Message, ...],
+        count_before: int,
+        turns_before: int,
+        now: float,
+    ) -> Predicted:
+        """The jobs and automatic pins that appending ``messages`` after ``count_before``
+        stored messages makes due (pure: jobs and pin ids derive from the indexes)."""
+        appended = tuple(m.but(index=count_before + 1 + i) for i, m in enumerate(messages))
+        history = tuple(m for m in tail if m.index <= count_before) + appended
+        jobs = schedule(
+            self.composition, history, count_before=count_before, turns_before=turns_before
+        )
+        pins = []
+        if self.composition.pins is not None and self.composition.pins.auto_pin:
+            for message in appended:
+                content = requested_pin(message)
+                if content is not None:
+                    pins.append(auto_pin(content, message.index, now))
+        return Predicted(count_before + 1, turns_before, tuple(jobs), tuple(pins))
+
+    def _joining(self, user: UserKeys | None, stored: SessionState, now: float) -> Joining | None:
+        """A session new to its user joins their index in the record's round trip, and
+        (with cross-session memory) finds those of their sessions gone idle there too."""
+        if user is None or user.user_id == stored.user_id:
+            return None
+        cross = self.composition.cross_session
+        return Joining(user, None if cross is None else now - cross.idle_end_s)
+
+    async def _end_idle_sessions(self, user: UserKeys, keys: SessionKeys, now: float) -> None:
+        """A user starting a session ends their idle ones, so their final summaries reach
+        the cross-session profile; the worker does the work."""
+        cross = self.composition.cross_session
+        if cross is None:
+            return
+        idle = await self.store.idle_sessions(
+            user, idle_before=now - cross.idle_end_s, exclude=keys.session_id
+        )
+        await self._end_sessions(user, idle)
+
+    async def _end_sessions(self, user: UserKeys, session_ids: Sequence[str]) -> None:
+        await self.store.end_sessions(user, session_ids, END_JOB)

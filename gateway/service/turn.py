@@ -1,0 +1,65 @@
+"""One request's memory work as data: what to forward, and what to record afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gateway import codec, media
+from gateway.errors import QuotaExceeded
+from gateway.identity import Identity
+from gateway.memory.assemble import Context
+from gateway.memory.model import Message, SessionState
+from gateway.memory.reconcile import Reconciled
+from gateway.store.catalog import StoredReceipt
+from gateway.store.keys import SessionKeys
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request's memory work: what to forward, and what to record after the answer."""
+
+    keys: SessionKeys
+    identity: Identity
+    state: SessionState
+    plan: Reconciled
+    context: Context
+    model: str
+    messages: tuple[Message, ...]  # as the client sent them: planned again if the tail moved
+    # Tokens of the messages the client sent (memory.accounting.tokens_sent): counted
+    # once, for the metrics, the access line and the stored receipt.
+    client_tokens: int = 0
+    # ``messages`` with their images as references (what is planned and recorded), and
+    # the images' bytes by hash (recorded once each with the turn).
+    ingested: tuple[Message, ...] = ()
+    media: Mapping[str, media.Blob] = field(default_factory=dict)
+
+
+def stored_receipt(
+    turn: Turn, now: float, kept: int, request_id: str | None
+) -> StoredReceipt | None:
+    """What the inspector shows of a recorded turn: what was forwarded, per tier, under
+    which request id (the id of the request's log line and response header)."""
+    if not kept:
+        return None
+    data = {
+        "request_id": request_id,
+        "at": now,
+        "model": turn.model,
+        "client_tokens": turn.client_tokens,
+        "receipt": turn.context.receipt.to_json(),
+    }
+    return StoredReceipt(codec.dumps(data), kept)
+
+
+def check_quota(used: int, quota: int) -> None:
+    """Refuse to store more for a tenant at its quota (429)."""
+    if used >= quota:
+        raise QuotaExceeded(
+            f"this tenant's memory is at its quota ({quota // 2**20} MB stored): "
+            "erase sessions to free some, or ask the operator for more"
+        )
+
+
+def session_keys(identity: Identity) -> SessionKeys:
+    return SessionKeys(identity.tenant, identity.session_id)

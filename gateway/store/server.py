@@ -1,0 +1,52 @@
+"""The Redis server itself: is it there (PING), how is it configured (CONFIG, INFO: what
+``durability`` judges), and the tenant secret every replica shares."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from gateway.store.base import StoreBase, StoreUnavailable
+from gateway.store.keys import TENANT_SECRET_KEY
+
+
+class ServerStore(StoreBase):
+    """Server introspection and the tenant secret."""
+
+    async def ping(self, timeout_s: float | None = None) -> None:
+        await self.execute([("PING",)], op="ping", timeout_s=timeout_s)
+
+    async def server_config(
+        self, names: Sequence[str], timeout_s: float | None = None
+    ) -> dict[str, str] | None:
+        """``CONFIG GET`` of each name; None where CONFIG is disabled (managed Redis)."""
+
+        async def read() -> dict[str, str] | None:
+            found: dict[str, str] = {}
+            try:
+                for name in names:  # one name per call: Redis < 7 takes only one
+                    reply = await self.client.config_get(name)
+                    found.update({str(k): str(v) for k, v in reply.items()})
+            except ResponseError:  # renamed, or denied by an ACL
+                return None
+            return found
+
+        return await self.bounded(read, timeout_s)
+
+    async def server_info(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """``INFO`` (every section): what a Redis that refuses CONFIG still tells."""
+        return dict(await self.bounded(self.client.info, timeout_s))
+
+    async def tenant_secret(self, timeout_s: float | None = None) -> bytes:
+        """The key of the tenant hash, created once and shared by every replica."""
+        commands = [
+            ("SET", TENANT_SECRET_KEY, secrets.token_hex(32), "NX"),
+            ("GET", TENANT_SECRET_KEY),
+        ]
+        _, value = await self.execute(commands, op="tenant_secret", timeout_s=timeout_s)
+        if value is None:
+            raise StoreUnavailable("tenant secret vanished")
+        return value.encode() if isinstance(value, str) else bytes(value)

@@ -1,0 +1,100 @@
+"""A user's memory across sessions: the index of their sessions (all, and those active),
+the history of their ended sessions, and the profile built from it.
+
+The request path writes the index inside the record's round trip (``add_user_session``,
+``ask_idle``: commands sent with the record's); the rest is the worker's and the memory
+API's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.store.base import StoreBase
+from gateway.store.keys import UserKeys
+from gateway.store.link import Command
+
+# Idle sessions ended at once when a user starts a session: the rest wait for the next.
+IDLE_BATCH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """A session joining its user's index with this append; with ``idle_before``, the
+    user's sessions idle since then (up to ``IDLE_BATCH``) are found in the same round
+    trip."""
+
+    user: UserKeys
+    idle_before: float | None = None
+
+
+def add_user_session(user: UserKeys, session_id: str, retention_s: int) -> list[Command]:
+    return [("SADD", user.sessions, session_id), ("EXPIRE", user.sessions, retention_s)]
+
+
+def ask_idle(user: UserKeys, idle_before: float) -> Command:
+    return ("ZRANGEBYSCORE", user.active, "-inf", f"({idle_before!r}", "LIMIT", 0, IDLE_BATCH)
+
+
+def idle_of(reply: Any) -> tuple[str, ...]:
+    """``ask_idle``'s reply: session ids, sorted."""
+    return tuple(sorted(item.decode() for item in reply))
+
+
+class UserStore(StoreBase):
+    """The user index, history and profile."""
+
+    async def index_user_session(self, user: UserKeys, session_id: str) -> None:
+        commands = add_user_session(user, session_id, self.retention_s)
+        await self.execute(commands, op="index_user_session")
+
+    async def user_history(self, user: UserKeys) -> list[dict[str, Any]]:
+        (raw,) = await self.execute([("LRANGE", user.history, 0, -1)], op="user_history")
+        return [json.loads(item) for item in raw]
+
+    async def idle_sessions(self, user: UserKeys, *, idle_before: float, exclude: str) -> list[str]:
+        """The user's sessions, still open, with no activity since ``idle_before`` (up to
+        ``IDLE_BATCH`` of them)."""
+        (found,) = await self.execute([ask_idle(user, idle_before)], op="idle_sessions")
+        return [s for s in idle_of(found) if s != exclude]
+
+    async def save_user_history(
+        self, user: UserKeys, entry: dict[str, Any], profile: dict[str, Any], keep: int
+    ) -> None:
+        """Append an ended session to the user's history and replace their profile."""
+
+        commands: list[Command] = [
+            ("LREM", user.history, 0, json.dumps(entry)),  # an end repeated is one entry
+            ("LPUSH", user.history, json.dumps(entry)),
+            ("LTRIM", user.history, 0, keep - 1),
+            ("SET", user.profile, json.dumps(profile)),
+            ("EXPIRE", user.history, self.retention_s),
+            ("EXPIRE", user.profile, self.retention_s),
+        ]
+        await self.execute(commands, op="save_user_history")
+
+    async def leave_active(self, user: UserKeys, session_id: str) -> None:
+        """An ended session leaves its user's active index (a new turn brings it back)."""
+        await self.execute([("ZREM", user.active, session_id)], op="leave_active")
+
+    async def forget_user_session(self, user: UserKeys, session_id: str) -> None:
+        """Drop a session from its user's index and history. The profile was merged from
+        it and cannot be un-merged: it goes too, and the user's next ended session
+        rebuilds it from the history that is left."""
+        op = "forget_user_session"
+        (raw,) = await self.execute([("LRANGE", user.history, 0, -1)], op=op)
+        entries = [e for e in raw if json.loads(e).get("session_id") == session_id]
+        commands: list[Command] = [
+            ("SREM", user.sessions, session_id),
+            ("ZREM", user.active, session_id),
+        ]
+        commands += [("LREM", user.history, 0, entry) for entry in entries]
+        if entries:
+            commands.append(("DEL", user.profile))
+        await self.execute(commands, op=op)
+
+    async def user_sessions(self, user: UserKeys) -> list[str]:
+        (raw,) = await self.execute([("SMEMBERS", user.sessions)], op="user_sessions")
+        return sorted(item.decode() for item in raw)

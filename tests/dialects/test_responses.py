@@ -1,0 +1,112 @@
+"""Parsing a Responses request, and the body forwarded for it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.chat_request import Limits
+from gateway.dialects.responses import RESPONSES, parse_responses_request
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+
+
+def parse(body: Any, limits: Limits | None = None) -> Any:
+    return parse_responses_request(json.dumps(body).encode(), limits or Limits())
+
+
+def test_the_forwarded_body_keeps_every_field_but_the_upstream_history() -> None:
+    body = {
+        "model": "m",
+        "input": "hi",
+        "instructions": "be brief",
+        "previous_response_id": "resp_1",
+        "conversation": "conv_1",
+        "store": False,
+        "tools": [{"type": "function", "name": "f"}],
+        "max_output_tokens": 300,
+    }
+    request = parse(body)
+    assert request.model == "m" and not request.stream
+    assert [m.to_openai() for m in request.messages] == [{"role": "user", "content": "hi"}]
+    context = [{"role": "system", "content": "memory"}, {"role": "user", "content": "hi"}]
+    forwarded = json.loads(request.forwarded(context))
+    assert forwarded == {
+        "model": "m",
+        "instructions": "be brief",
+        "store": False,
+        "tools": [{"type": "function", "name": "f"}],
+        "max_output_tokens": 300,
+        "input": [
+            {"type": "message", "role": "system",
+             "content": [{"type": "input_text", "text": "memory"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        ],
+    }  # fmt: skip
+    assert RESPONSES.requested_output(body) == 300
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "param"),
+    [
+        ([], InvalidRequest, None),
+        ({"input": "x"}, InvalidRequest, "model"),
+        ({"model": "m"}, InvalidRequest, "input"),
+        ({"model": "m", "input": []}, InvalidRequest, "input"),
+        ({"model": "m", "input": [{"type": "reasoning"}]}, InvalidRequest, "input"),
+        ({"model": "m", "input": "x", "previous_response_id": 3}, InvalidRequest,
+         "previous_response_id"),
+        ({"model": "m", "input": [{"role": "user", "content": "x"}] * 3}, InvalidRequest,
+         "input"),
+        ({"model": "m", "input": "x" * 3000}, PayloadTooLarge, "input"),
+        # A part chat would refuse to store (its image_url is no object).
+        ({"model": "m", "input": [{"role": "user", "content": [
+            {"type": "input_audio", "image_url": "u"}]}]}, InvalidRequest, "input"),
+        ({"model": "m", "input": [{"role": "user", "content": "x"},
+                                  {"type": "function_call_output", "call_id": "c",
+                                   "output": "o"}]}, InvalidRequest, "input"),
+    ],
+)  # fmt: skip
+def test_bad_requests(body: Any, error: type[Exception], param: str | None) -> None:
+    with pytest.raises(error) as raised:
+        parse(body, Limits(max_messages=2, max_message_bytes=1000))
+    assert getattr(raised.value, "param", None) == param
+
+
+def test_a_whole_answer_is_read_only_when_completed() -> None:
+    output = [{"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "hi"}]}]  # fmt: skip
+    answer = RESPONSES.answer({"status": "completed", "output": output})
+    assert answer is not None and answer.content == "hi"
+    assert RESPONSES.answer({"status": "incomplete", "output": output}) is None
+    assert RESPONSES.answer({"status": "failed", "output": []}) is None
+    assert RESPONSES.answer(None) is None
+    usage = {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}
+    assert RESPONSES.usage({"usage": usage}) == {
+        "prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+    }  # fmt: skip
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+_KEYS = st.sampled_from(["type", "role", "content", "call_id", "name", "arguments", "output",
+                         "text", "image_url", "file_id", "detail", "refusal"])  # fmt: skip
+_ITEM = st.dictionaries(_KEYS, _JSON | st.sampled_from(
+    ["message", "user", "assistant", "function_call", "function_call_output", "input_text",
+     "input_image", "reasoning"]), max_size=6)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_ITEM | _JSON, max_size=5) | _JSON)
+def test_any_input_is_parsed_or_refused_with_a_gateway_error(items: Any) -> None:
+    try:
+        request = parse({"model": "m", "input": items})
+    except GatewayError:
+        return
+    request.forwarded([m.to_openai() for m in request.messages])

@@ -1,0 +1,173 @@
+"""MemoryService: what one request costs in token counting (the store is faked in memory)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.config import MemoryConfig
+from gateway.identity import Identity, MemoryMode
+from gateway.memory.block import MEMORY_HEADER
+from gateway.memory.model import Message, Pin, SessionState, Summary, Tiers
+from gateway.service.memory_service import MemoryService
+from gateway.store.keys import SessionKeys
+from gateway.store.redis_store import Loaded, LogSlice, Recorded, TailMoved
+from gateway.tokens import TokenCounter
+
+
+class CountingTokens(TokenCounter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted: list[str] = []
+
+    def count_message(self, message: Message, model: str | None = None) -> int:
+        self.counted.append(message.text)
+        return super().count_message(message, model)
+
+
+class FakeStore:
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+
+    async def load(self, keys: SessionKeys, tail: int, **_: object) -> SessionState:
+        return replace(self.state, tail=self.state.tail[-tail:])
+
+    async def load_turn(self, keys: SessionKeys, tail: int, **_: object) -> Loaded:
+        state = await self.load(keys, tail)
+        count = self.state.message_count
+        start = count - len(state.tail)
+        log = LogSlice(
+            "g" if count else "", count, start, False, state.tail, (None,) * len(state.tail)
+        )
+        return Loaded(state, log, {})
+
+    async def archive_page(
+        self, keys: SessionKeys, start: int, stop: int, **_: object
+    ) -> tuple[str, int, tuple[Message, ...], tuple[None, ...]]:
+        """Older messages: the fake's state holds the whole log as its tail."""
+        messages = self.state.tail[start : stop + 1]
+        return "g", self.state.message_count, messages, (None,) * len(messages)
+
+
+def history(n: int) -> list[Message]:
+    return [
+        Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i + 1}")
+        for i in range(n)
+    ]
+
+
+IDENTITY = Identity("tenant", "session", None, MemoryMode.ON)
+
+
+async def test_a_resent_history_is_not_retokenized() -> None:
+    stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(400)))
+    tokens = CountingTokens()
+    service = MemoryService(
+        FakeStore(SessionState(message_count=400, tail=stored)),  # type: ignore[arg-type]
+        tokens,
+        MemoryConfig(),
+    )
+    request = (Message(role="system", content="be brief"), *history(400), Message("user", "new"))
+    turn = await service.prepare(IDENTITY, request, "gpt-4o")
+    assert sorted(tokens.counted) == ["be brief", "new"]
+    assert [m.text for m in turn.plan.new] == ["new"]
+    assert turn.context.receipt.window_indexes == tuple(range(393, 401))
+
+
+async def test_imported_history_is_counted_once() -> None:
+    tokens = CountingTokens()
+    service = MemoryService(FakeStore(SessionState()), tokens, MemoryConfig())  # type: ignore[arg-type]
+    request = (*history(6), Message("user", "new"))
+    turn = await service.prepare(IDENTITY, request, "gpt-4o")
+    assert len(tokens.counted) == 7  # six imported messages (in prior and to_record) + new
+    assert all(m.tokens > 0 for m in turn.plan.to_record + turn.plan.prior + turn.plan.new)
+
+
+async def test_the_configured_composition_and_the_stored_tiers_are_used() -> None:
+    stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(40)))
+    state = SessionState(
+        message_count=40,
+        tail=stored,
+        tiers=Tiers(version=2, summaries=(Summary(2, 22, "the trip to Lisbon"),)),
+        pins=(Pin("p1", "seat 14C", 0.95),),
+    )
+    config = MemoryConfig(preset="rolling-window", memory_role="developer", window_messages=5)
+    service = MemoryService(FakeStore(state), TokenCounter(), config)  # type: ignore[arg-type]
+    turn = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
+    messages = turn.context.messages
+    assert messages[0].role == "developer"
+    assert isinstance(messages[0].content, str)
+    assert messages[0].content.startswith(MEMORY_HEADER)
+    assert "the trip to Lisbon" in messages[0].content
+    assert "seat 14C" not in messages[0].content  # rolling-window has no pins tier
+    assert turn.context.receipt.window_indexes == (36, 37, 38, 39, 40)
+    assert turn.context.receipt.summaries == ((2, 22),)
+    assert [m.text for m in messages[1:]] == [f"message {i}" for i in range(36, 41)] + ["new"]
+
+
+class CountingTexts(TokenCounter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def count_text(self, text: str, model: str | None = None) -> int:
+        self.texts.append(text)
+        return super().count_text(text, model)
+
+
+async def test_the_next_turn_of_a_session_does_not_count_its_unchanged_tiers_again() -> None:
+    """The same stored tiers (one object while their bytes are unchanged) at the next
+    turn: their summaries are not counted again. Only the memory block is."""
+    stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(40)))
+    tiers = Tiers(version=2, summaries=(Summary(2, 22, "the trip to Lisbon"),))
+    state = SessionState(message_count=40, tail=stored, tiers=tiers)
+    tokens = CountingTexts()
+    service = MemoryService(FakeStore(state), tokens, MemoryConfig(preset="rolling-window"))  # type: ignore[arg-type]
+    first = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
+    assert any(text.startswith("### Messages 2-22") for text in tokens.texts)
+    tokens.texts.clear()
+    second = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
+    assert second.context == first.context
+    assert not any(text.startswith("### Messages 2-22") for text in tokens.texts)
+
+
+class RacingStore(FakeStore):
+    """The first record loses the race: another request imported the same history first."""
+
+    def __init__(self, state: SessionState, landed: SessionState) -> None:
+        super().__init__(state)
+        self.landed = landed
+        self.records: list[tuple[list[str], int | None]] = []
+
+    async def record(
+        self, keys: SessionKeys, messages: tuple[Message, ...], **kwargs: object
+    ) -> object:
+        expected = kwargs["expected_count"]
+        assert expected is None or isinstance(expected, int)
+        self.records.append(([m.text for m in messages], expected))
+        if expected is not None and expected != self.state.message_count:
+            raise TailMoved("moved")
+        if len(self.records) == 1:
+            self.state = self.landed  # the other request's import lands now
+            raise TailMoved("moved")
+        first = self.state.message_count + 1
+        return Recorded(first, first + len(messages) - 1, 0, False)
+
+
+async def test_a_record_whose_tail_moved_is_planned_again_and_imports_nothing_twice() -> None:
+    earlier = history(4)
+    landed = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(earlier))
+    other = (
+        replace(Message("user", "other"), index=5),
+        replace(Message("assistant", "ok"), index=6),
+    )
+    store = RacingStore(SessionState(), SessionState(message_count=6, tail=landed + other))
+    service = MemoryService(store, TokenCounter(), MemoryConfig())  # type: ignore[arg-type]
+    turn = await service.prepare(IDENTITY, (*earlier, Message("user", "mine")), "gpt-4o")
+    assert turn.plan.expected_count == 0  # an import relies on the empty log
+
+    await service.record(turn, Message("assistant", "answer"), now=1.0)
+    texts = [m.text for m in earlier]
+    assert store.records == [
+        ([*texts, "mine", "answer"], 0),  # refused: the log moved
+        (["mine", "answer"], None),  # planned again: only this turn's own messages
+    ]
