@@ -5,9 +5,7 @@ nearly all freed by reference counting the moment the request ends; the collecto
 has cycles left to find. With CPython's default thresholds (700, 10, 10) it still ran
 about 70 young collections a second at 480 req/s, and a full collection, which walks
 every object the process holds (modules, the app, its caches), every 2 seconds: 10% of
-the gateway's CPU under load, and 70 ms at a time for each full one. Measured (bench load, c=32,
-non-streamed memory requests, 3 interleaved runs of 6 s): 480 req/s with the defaults,
-545-640 req/s with these settings; time in the collector 1.85 s -> 0.31 s over 18 s.
+the gateway's CPU under load, and 70 ms at a time for each full one (docs/decisions.md).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def _count(text: str, model: str) -> int:
 # whitespace and line breaks it is in, and only o200k's punctuation piece may run on past
 # line breaks, into "/". Python's \s holds every character tiktoken's does (and a few
 # more: no split there, which is always exact). So the tokens of a text are the sum of its
-# lines' tokens, exactly (tests/test_tokens.py checks it on random texts). The memory
+# lines' tokens, exactly (tests/unit/test_tokens.py checks it on random texts). The memory
 # block is new at every request (its recalled excerpts change) but its lines are not: each
 # is counted once (the cache), not the whole block every time.
 _LINES = re.compile(r"(?<=[\r\n])(?=[^\s/])")

@@ -4,7 +4,7 @@ and gateway/presets.py.
 The keys, types, ranges and defaults come from the pydantic models; the meaning of each
 key is written here, once per model class (RateLimit is used in four places). A key the
 models gain without a meaning here, or a meaning left for a key they lost, is an error,
-so the page cannot silently fall behind the code (tests/test_config_docs.py).
+so the page cannot silently fall behind the code (tests/unit/test_config_docs.py).
 
     .venv/bin/python scripts/config_docs.py           # print the generated reference
     .venv/bin/python scripts/config_docs.py --write   # rewrite it in docs/configuration.md

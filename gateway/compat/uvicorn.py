@@ -12,7 +12,7 @@ subclass that reports when reading resumes) and ``cycle`` (``response_started``,
 its own answers with the status lines uvicorn writes (``STATUS_LINE``).
 
 The installed uvicorn is checked against the range this was tested with, and the hooks
-at import; the state is checked by ``tests/test_compat.py`` on a real protocol instance.
+at import; the state is checked by ``tests/unit/test_compat.py`` on a real protocol instance.
 """
 
 from __future__ import annotations

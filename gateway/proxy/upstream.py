@@ -3,11 +3,7 @@ session rules), the only module that imports an HTTP client library (aiohttp).
 
 Why aiohttp and not httpx: with hundreds of concurrent streams httpx 0.28's pool spends
 time proportional to its connection count on every request and release, under a lock
-(httpx issue #3215). Measured by ``bench/upstream_client.py`` on 2 cores: 256 concurrent
-0.7 s streams, httpx ~60-120 req/s with multi-second p99 (still ~310 req/s only when
-sharded over 64 clients), aiohttp ~330 req/s (the ideal is 366); at 1024 streams httpx
-timed out hundreds of requests where aiohttp carried ~1,000 req/s; and aiohttp adds
-about a third less latency per request.
+(httpx issue #3215); see docs/decisions.md for the measurements.
 
 Choices, each for a reason:
 

@@ -25,8 +25,6 @@ from gateway.store.redis_store import Known, RedisStore
 from gateway.tokens import TokenCounter
 from tests.support.jobs import notices_withdrawn
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(autouse=True)
 def _withdraw_notices(redis_server: RedisProcess) -> Iterator[None]:

@@ -18,10 +18,8 @@ import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import Memory, say, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 ADMIN = "admin-key-for-the-tests-0123456789"
 UPSTREAM_KEY = "sk-operator-upstream-key"

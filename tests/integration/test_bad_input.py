@@ -15,10 +15,8 @@ from devsupport.fake_upstream import FakeUpstream
 from devsupport.gateways import build_settings, start_gateway
 from devsupport.servers import RedisProcess, ServerThread
 from gateway.openapi import openapi_document
-from tests.integration.conftest import GatewayFactory, redis_dump
 from tests.support.envelope import assert_envelope
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory, redis_dump
 
 VALID = b'{"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}'
 CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}

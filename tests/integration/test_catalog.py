@@ -13,10 +13,8 @@ import httpx
 import pytest
 
 from devsupport.servers import ServerThread
-from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.clients import Memory, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 
 redis_server = on_one_redis_and_a_cluster()
 

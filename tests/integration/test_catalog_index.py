@@ -6,16 +6,13 @@ from __future__ import annotations
 import time
 
 import httpx
-import pytest
 
 from devsupport.servers import RedisProcess
 from gateway.identity import tenant_id
 from gateway.store.catalog import REFRESH_S
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import Memory, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 
 def test_sessions_past_the_retention_leave_the_list_and_the_index(

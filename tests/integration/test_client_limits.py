@@ -28,8 +28,6 @@ from gateway.config import Settings
 from gateway.wiring import build_clients
 from tests.support.processes import Served
 
-pytestmark = pytest.mark.integration
-
 
 def serve_in_thread(settings: Settings) -> ServerThread:
     """The gateway as ``memory-gateway serve`` runs it (protocol, limits, keep-alive),

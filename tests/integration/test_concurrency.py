@@ -32,11 +32,9 @@ from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, TailMoved
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
-from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.clients import Memory, send
 from tests.support.concurrency import all_at_once
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 
 # What these tests prove is how turns are stored, not how fast: a burst of 50 on a loaded
 # 2-core machine can hold the event loop past the default 100 ms Redis deadline, and a

@@ -15,8 +15,6 @@ from devsupport.servers import RedisProcess
 from gateway.store.connections import LINKS, Connections
 from gateway.store.redis_store import create_client
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def connections(redis_server: RedisProcess) -> AsyncIterator[Connections]:

@@ -13,17 +13,14 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
 from gateway.identity import tenant_id
 from gateway.service.planning import EDIT_AFTER_S
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
-from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.clients import Memory, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 
 redis_server = on_one_redis_and_a_cluster()
 

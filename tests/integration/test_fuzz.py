@@ -42,10 +42,8 @@ from devsupport.gateways import build_settings, start_gateway
 from devsupport.servers import RedisProcess, ServerThread
 from gateway.identity import bearer_key, tenant_id
 from gateway.store.keys import SessionKeys
-from tests.integration.conftest import find_secrets, redis_dump
 from tests.support.envelope import assert_envelope
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import find_secrets, redis_dump
 
 SCALE = int(os.environ.get("MEMORY_GATEWAY_FUZZ_SCALE", "1"))
 SECRET = "fuzz-tenant-secret"

@@ -28,9 +28,7 @@ import pytest
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.gateways import build_settings, start_gateway
 from devsupport.servers import RedisProcess, ServerThread
-from tests.integration.conftest import USED_KEYS
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import USED_KEYS
 
 MIB = 1024 * 1024
 

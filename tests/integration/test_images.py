@@ -23,10 +23,8 @@ from devsupport.servers import RedisProcess
 from gateway.media import REF_PREFIX, image_tokens
 from gateway.store.keys import SessionKeys
 from gateway.tokens import TOKENS_PER_MESSAGE, TokenCounter
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import register_content, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 MIB = 1024 * 1024
 SIDE = 935  # 935 x 935 RGB: 2.5 MiB of pixels

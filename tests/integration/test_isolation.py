@@ -30,18 +30,16 @@ from gateway.identity import tenant_id
 from gateway.memory.model import Message
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, UserKeys
 from gateway.store.redis_store import RedisStore
-from tests.integration.conftest import (
+from tests.support.clients import register_content
+from tests.support.fixtures import (
     USED_KEYS,
     GatewayFactory,
     find_logged_contents,
     on_one_redis_and_a_cluster,
     redis_dump,
 )
-from tests.support.clients import register_content
 from tests.support.jobs import notices
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 # Every tier that could carry a message elsewhere: a two-message window (so older turns
 # come back only through memory), a rolling summary folded every turn with key Q/A pairs,

@@ -16,8 +16,6 @@ from gateway.store.keys import SessionKeys
 from gateway.store.link import RedisLink
 from gateway.store.redis_store import RedisStore, create_client
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def store(redis_server: RedisProcess) -> AsyncIterator[RedisStore]:

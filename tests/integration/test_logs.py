@@ -26,11 +26,9 @@ from gateway.identity import tenant_id
 from gateway.memory.model import Message
 from gateway.request_log import JsonFormatter, RequestIdFilter
 from gateway.tokens import TokenCounter
-from tests.integration.conftest import GatewayFactory, find_secrets
 from tests.support.clients import register_content, sdk
+from tests.support.fixtures import GatewayFactory, find_secrets
 from tests.support.processes import Served
-
-pytestmark = pytest.mark.integration
 
 SECRET = "log-test-tenant-secret"
 REQUEST_ID_HEADER = "x-gateway-request-id"

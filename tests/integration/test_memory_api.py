@@ -21,13 +21,11 @@ from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner
-from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.clients import Memory, ranges, say, sdk
+from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.jobs import notices, streams
 from tests.support.processes import worker_process
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.integration
 
 redis_server = on_one_redis_and_a_cluster()
 

@@ -6,17 +6,14 @@ import json
 import time
 
 import httpx
-import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
 from devsupport.stored import roles_and_text, stored_log
 from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
-from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.clients import say, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 
 redis_server = on_one_redis_and_a_cluster()
 
@@ -227,7 +224,7 @@ def test_tenants_are_isolated_under_the_same_session_id(
     gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:
     other_key = api_key[::-1] + "x"
-    from tests.integration.conftest import USED_KEYS
+    from tests.support.fixtures import USED_KEYS
 
     USED_KEYS.append(other_key)
     say(sdk(gateway, api_key, session_id), "my password is hunter2")

@@ -16,13 +16,11 @@ import redis
 from devsupport.servers import RedisProcess, free_port, running_redis
 from gateway.memory.model import Message
 from gateway.tokens import TokenCounter
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import register_content, say, sdk
+from tests.support.fixtures import GatewayFactory
 from tests.support.jobs import streams
 from tests.support.metrics import Samples, moved, scrape, value
 from tests.support.processes import Served
-
-pytestmark = pytest.mark.integration
 
 CHAT = "/v1/chat/completions"
 REQUESTS = "memory_gateway_requests_total"

@@ -19,10 +19,8 @@ import pytest
 from devsupport.fake_upstream import SMALL_CONTEXT_TOKENS, FakeUpstream, prompt_tokens
 from devsupport.servers import RedisProcess, ServerThread
 from devsupport.stored import stored_log
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import LONG, Memory, register_content
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 # The configuration's defaults, not the tests' usual preset.
 DEFAULTS = {"memory": {"preset": "hybrid-recall"}}

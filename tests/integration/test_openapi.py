@@ -18,10 +18,8 @@ from pydantic import BaseModel
 from devsupport.servers import ServerThread
 from gateway.openapi import OPERATIONS, Operation
 from gateway.routes import schemas
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import Memory, say, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 SESSION = "/memory/sessions/{sid}"
 

@@ -21,11 +21,9 @@ from devsupport.servers import RedisProcess, ServerThread, free_port, running_re
 from gateway import metrics
 from gateway.cli import main
 from gateway.config import ConfigError, parse_settings
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import say, sdk
+from tests.support.fixtures import GatewayFactory
 from tests.support.metrics import moved, scrape
-
-pytestmark = pytest.mark.integration
 
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
 SUMMARIES = "memory_gateway_summaries_total"

@@ -8,8 +8,6 @@ import pytest
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import ServerThread
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE"])
 def test_method_query_body_and_status_pass_untouched(
@@ -49,7 +47,10 @@ def test_redirects_are_returned_not_followed(
     response = httpx.get(gateway.url + "/v1/redirect", headers=KEY)
     assert response.status_code == 302
     assert response.headers["location"] == "/v1/models"
-    assert [r.path for r in fake_upstream.requests] == ["/v1/redirect"]
+    # (The upstream is the suite's: a late request of an earlier test's may land here.)
+    paths = [r.path for r in fake_upstream.requests]
+    assert paths.count("/v1/redirect") == 1
+    assert "/v1/models" not in paths  # the redirect was not followed
 
 
 def test_upstream_cookies_are_never_replayed_for_another_client(

@@ -9,15 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import ServerThread
 from gateway.tokens import TokenCounter
-from tests.integration.conftest import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.clients import ranges
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 
 redis_server = on_one_redis_and_a_cluster()
 

@@ -20,7 +20,7 @@ from gateway.config import parse_settings
 from gateway.errors import TooManyRequests
 from gateway.rate_limits import REFUSAL_MEMO_S, LimitPolicy, RateLimiter
 from gateway.store.redis_store import RedisStore
-from tests.integration.conftest import USED_KEYS, GatewayFactory
+from tests.support.fixtures import USED_KEYS, GatewayFactory
 from tests.support.waiting import wait_for
 
 OPERATOR_KEY = "sk-operator-" + secrets.token_urlsafe(16)

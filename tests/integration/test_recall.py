@@ -10,10 +10,8 @@ import httpx
 import pytest
 
 from devsupport.fake_upstream import FakeUpstream
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import Memory, import_all, say, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 FILLER = [
     "Could you suggest a good way to structure the weekly planning meeting?",

@@ -21,10 +21,8 @@ from devsupport.fake_upstream import SMALL_CONTEXT_TOKENS, FakeUpstream, prompt_
 from devsupport.servers import RedisProcess, ServerThread, running_redis
 from devsupport.stored import roles_and_text, stored_log
 from gateway.config import STATELESS_PATHS
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import LONG, Memory, say, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 WEATHER_TOOL = {
     "type": "function",

@@ -32,8 +32,6 @@ from gateway.tokens import TokenCounter
 from tests.support.clients import Memory, import_all, register_content, say, sdk
 from tests.support.jobs import notices, notices_withdrawn
 
-pytestmark = pytest.mark.integration
-
 MAX_ROUND_TRIPS = 2
 PLANTED = "My booking reference is QX-48213, keep it."
 QUESTION = "What was my booking reference QX-48213 about?"

@@ -25,8 +25,6 @@ from gateway.store.codecs import (
 )
 from gateway.store.keys import SessionKeys
 
-pytestmark = pytest.mark.integration
-
 FOLD = Job("fold", 1, 2, 2, turn=1, question=1)
 PIN = Pin("p1", "Remember the blue umbrella.", source_index=1)
 

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -38,9 +37,7 @@ from devsupport.invariants import (
 )
 from devsupport.servers import RedisProcess, ServerThread, running_redis
 from devsupport.stored import stored_log
-from tests.integration.conftest import USED_KEYS, GatewayFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import USED_KEYS, GatewayFactory
 
 
 class Stack:

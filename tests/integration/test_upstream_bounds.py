@@ -25,10 +25,8 @@ from gateway import offload
 from gateway.proxy.answer_tokens import COUNTED_CHARS
 from gateway.tokens import TokenCounter
 from gateway.wiring import build_clients
-from tests.integration.conftest import GatewayFactory
+from tests.support.fixtures import GatewayFactory
 from tests.support.waiting import reached
-
-pytestmark = pytest.mark.integration
 
 LIMIT = 1024 * 1024
 BOUNDED = {"upstream": {"max_response_bytes": LIMIT}}

@@ -17,12 +17,10 @@ from devsupport.disconnects import RawChat, measure_disconnects
 from devsupport.fake_upstream import BIG_WORD, FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread, free_port
 from devsupport.stored import stored_log
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import say, sdk
+from tests.support.fixtures import GatewayFactory
 from tests.support.resetting_upstream import ResettingUpstream
 from tests.support.waiting import reached
-
-pytestmark = pytest.mark.integration
 
 WHOLE_TURN = [("user", "hi there"), ("assistant", "ack: hi there")]
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 
 from devsupport.servers import running_redis
 from gateway.presets import PRESETS
 from gateway.store.redis_store import IDLE_BATCH
-from tests.integration.conftest import GatewayFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 SESSIONS = 10_000
 

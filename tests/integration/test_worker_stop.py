@@ -19,8 +19,6 @@ from gateway.store.redis_store import RedisStore, create_client
 from gateway.tokens import TokenCounter
 from gateway.worker import JobRunner, Worker
 
-pytestmark = pytest.mark.integration
-
 SHARDS = 4
 
 

@@ -19,7 +19,7 @@ def newest_groups(messages: Sequence[Message]) -> Iterator[tuple[Message, ...]]:
 
     A run of tool results belongs to the assistant message just before it when that one
     calls tools, and is a unit of its own otherwise (its call cut off by an earlier
-    boundary): ``newest_units`` never starts a window with such a unit.
+    boundary): ``newest_unit_list`` never starts a window with such a unit.
     """
     end = len(messages)
     while end > 0:
@@ -60,11 +60,3 @@ def newest_unit_list(
     while chosen and chosen[-1][0].role == "tool":
         chosen.pop()
     return chosen
-
-
-def newest_units(
-    messages: Sequence[Message], *, max_messages: int, max_tokens: int | None = None
-) -> tuple[Message, ...]:
-    """The newest whole units that fit both limits, oldest first."""
-    chosen = newest_unit_list(messages, max_messages=max_messages, max_tokens=max_tokens)
-    return tuple(m for group in reversed(chosen) for m in group)

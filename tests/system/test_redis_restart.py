@@ -5,12 +5,9 @@ from __future__ import annotations
 import threading
 
 import httpx
-import pytest
 
 from devsupport.servers import running_redis
-from tests.integration.conftest import GatewayFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 
 def test_the_first_turns_after_a_redis_restart_are_remembered(

@@ -25,7 +25,7 @@ from gateway.compat import uvicorn as compat_uvicorn
 from gateway.compat import versions
 
 MODULES = [compat_aiohttp, compat_starlette, compat_tiktoken, compat_uvicorn]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

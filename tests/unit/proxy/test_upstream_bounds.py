@@ -22,7 +22,7 @@ from gateway.config import UpstreamConfig, UpstreamTimeouts
 from gateway.errors import UpstreamPoolFull
 from gateway.proxy.body import UpstreamResponseTooLarge, UpstreamStreamBroken, WholeEvents
 from gateway.proxy.upstream import Upstream, client_session
-from tests.proxy.local_upstream import RESET, LocalUpstream, Script, eventually, local_upstream
+from tests.support.local_upstream import RESET, LocalUpstream, Script, eventually, local_upstream
 
 LIMIT = 256 * 1024
 BOMB_DECODED = 50 * 1024 * 1024

@@ -21,10 +21,8 @@ from devsupport.servers import RedisProcess, ServerThread
 from gateway.config import ConfigError, parse_settings
 from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import Memory, say, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 ADMIN_KEY = "admin-" + "k" * 24
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", Path(__file__).parents[2] / "test-artifacts"))

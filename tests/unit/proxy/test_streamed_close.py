@@ -10,7 +10,7 @@ from typing import Any
 from gateway.config import UpstreamConfig
 from gateway.proxy.upstream import Upstream, UpstreamResponse
 from gateway.routes.relay import relay_stream, streamed
-from tests.proxy.local_upstream import Script, eventually, local_upstream
+from tests.support.local_upstream import Script, eventually, local_upstream
 
 SCOPE = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}}
 

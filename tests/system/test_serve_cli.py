@@ -17,8 +17,6 @@ import pytest
 
 from tests.support.processes import Served
 
-pytestmark = pytest.mark.integration
-
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
 
 

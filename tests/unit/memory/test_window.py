@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -9,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.memory.model import Message
-from gateway.memory.tiers.window import newest_groups, newest_units
+from gateway.memory.tiers.window import newest_groups, newest_unit_list
+
+
+def newest_units(
+    messages: Sequence[Message], *, max_messages: int, max_tokens: int | None = None
+) -> tuple[Message, ...]:
+    """The window's messages, oldest first."""
+    chosen = newest_unit_list(messages, max_messages=max_messages, max_tokens=max_tokens)
+    return tuple(m for group in reversed(chosen) for m in group)
 
 
 def u(n: int, tokens: int = 10) -> Message:

@@ -16,8 +16,6 @@ from redis.crc import key_slot
 from devsupport.cluster import SLOTS, ClusterNodeProcess, PortTakenError, RedisCluster
 from devsupport.servers import running_redis
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisCluster]:

@@ -19,8 +19,9 @@ Candidates (``--clients``): ``httpx`` (one AsyncClient, default limits), ``httpx
 (one ClientSession, no connection limit), ``gateway`` (``gateway.proxy.upstream.Upstream``
 as the gateway builds it: whatever client that module uses today).
 
-    .venv/bin/python bench/upstream_client.py                  # ~2 minutes
-    .venv/bin/python bench/upstream_client.py --streams 256 --seconds 4 --clients httpx,aiohttp
+    .venv/bin/python bench/archive/upstream_client.py   # ~2 minutes
+    .venv/bin/python bench/archive/upstream_client.py --streams 256 --seconds 4 \
+        --clients httpx,aiohttp
 
 Numbers are wall-clock on whatever machine runs it, and every process shares its cores:
 compare the rows of one run, not runs on different days.
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ("httpx", "httpx-tuned", "aiohttp", "gateway")
 HOP_BY_HOP = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
 

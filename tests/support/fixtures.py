@@ -1,4 +1,5 @@
-"""Integration fixtures: a private redis-server, a real fake upstream, gateways on sockets.
+"""The integration and system tests' fixtures: a private redis-server, a real fake upstream,
+gateways on sockets (a pytest plugin: tests/conftest.py loads it).
 
 Every bearer key a test uses comes from ``api_key`` and is registered; when the session
 ends, every Redis key and value and every log record captured is scanned for those keys
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -32,8 +34,6 @@ from tests.support.clients import (
     close_clients,
 )
 from tests.support.round_trips import RoundTrips, counted_gateways
-
-pytestmark = pytest.mark.integration
 
 USED_KEYS: list[str] = []
 # Shorter contents ("ok", "hi") could turn up in a log line by chance.
@@ -62,23 +62,50 @@ class _Capture(logging.Handler):
         self.records.append((record.levelno, line))
 
 
+PIECE = 8  # the shortest piece of a key the scan looks for
+
+
 def secret_pieces(key: str) -> set[str]:
-    return {key[i : i + 8] for i in range(len(key) - 7)}
+    return {key[i : i + PIECE] for i in range(len(key) - PIECE + 1)}
 
 
 def find_secrets(blobs: list[bytes | str], keys: list[str]) -> list[str]:
+    """Every piece of a key (``PIECE`` characters) that a blob holds.
+
+    A blob's text is cut into runs of the characters keys are made of (by a regex, in C),
+    and only the windows of runs long enough are looked up: the cost is the text's
+    length, not its length times the thousands of pieces the suite's keys make."""
     pieces = set().union(*(secret_pieces(k) for k in keys)) if keys else set()
+    if not pieces:
+        return []
+    alphabet = "".join(sorted(set("".join(keys))))
+    runs = re.compile(f"[{re.escape(alphabet)}]{{{PIECE},}}")
     found = []
     for blob in blobs:
         text = blob.decode("utf-8", "replace") if isinstance(blob, bytes) else blob
-        found += [piece for piece in pieces if piece in text]
+        for run in runs.findall(text):
+            found += [w for i in range(len(run) - PIECE + 1) if (w := run[i : i + PIECE]) in pieces]
     return found
 
 
 def find_logged_contents(records: list[tuple[int, str]], contents: set[str]) -> list[str]:
-    """Contents (of at least ``MIN_CONTENT_CHARS``) that a record at INFO or above holds."""
-    wanted = {c.strip() for c in contents if len(c.strip()) >= MIN_CONTENT_CHARS}
-    return [c for level, line in records if level >= logging.INFO for c in wanted if c in line]
+    """Contents (of at least ``MIN_CONTENT_CHARS``) that a record at INFO or above holds.
+
+    Contents are looked up by their first ``MIN_CONTENT_CHARS`` characters in each window
+    of a record (the cost is the records' length), then compared whole."""
+    by_start: dict[str, list[str]] = {}
+    for content in {c.strip() for c in contents}:
+        if len(content) >= MIN_CONTENT_CHARS:
+            by_start.setdefault(content[:MIN_CONTENT_CHARS], []).append(content)
+    found = []
+    for level, line in records:
+        if level < logging.INFO:
+            continue
+        for i in range(len(line) - MIN_CONTENT_CHARS + 1):
+            for content in by_start.get(line[i : i + MIN_CONTENT_CHARS], ()):
+                if line.startswith(content, i):
+                    found.append(content)
+    return found
 
 
 def stored_contents(client: Any) -> set[str]:

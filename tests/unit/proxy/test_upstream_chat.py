@@ -12,7 +12,7 @@ from aiohttp import web
 
 from gateway.errors import EmbeddingsUnavailable, SummarizerUnavailable
 from gateway.proxy.models import UpstreamChatModel, UpstreamEmbeddings
-from tests.proxy.local_upstream import RESET, LocalUpstream, Script, local_upstream
+from tests.support.local_upstream import RESET, LocalUpstream, Script, local_upstream
 
 MESSAGES = [
     {"role": "system", "content": "[memory-gateway:chunk]\nSummarize."},

@@ -15,7 +15,7 @@ from gateway.config import UpstreamConfig, UpstreamTimeouts
 from gateway.errors import InvalidRequest, UpstreamPoolFull, UpstreamTimeout, UpstreamUnreachable
 from gateway.proxy.body import UpstreamStreamBroken
 from gateway.proxy.upstream import Upstream
-from tests.proxy.local_upstream import (
+from tests.support.local_upstream import (
     RESET,
     LocalUpstream,
     Script,

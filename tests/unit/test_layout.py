@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-GATEWAY = Path(__file__).resolve().parent.parent / "gateway"
+GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 MAX_LINES = 600
 
 

@@ -20,7 +20,7 @@ from gateway.config import (
 )
 from gateway.presets import PRESETS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_defaults() -> None:

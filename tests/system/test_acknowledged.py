@@ -12,13 +12,10 @@ import time
 from collections import Counter
 
 import httpx
-import pytest
 
 from devsupport.load import Load, acknowledged, acknowledged_but_not_stored_once
 from devsupport.servers import running_redis
-from tests.integration.conftest import GatewayFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 CYCLES = 10
 

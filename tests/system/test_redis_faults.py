@@ -30,10 +30,8 @@ from devsupport.load import (
 )
 from devsupport.servers import RedisProcess, ServerThread, free_port, running_redis
 from devsupport.tcp_proxy import proxy_to
-from tests.integration.conftest import GatewayFactory
 from tests.support.clients import Memory, say, sdk
-
-pytestmark = pytest.mark.integration
+from tests.support.fixtures import GatewayFactory
 
 DEADLINE_S = 0.1  # redis.timeout_ms's default
 # What a degraded answer may take beyond the deadline: the upstream round trip and a

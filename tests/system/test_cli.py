@@ -27,8 +27,6 @@ from gateway.commands.checkpoint import Checkpoint
 from gateway.commands.transcript import MessagesDigest, read_transcript
 from tests.support.clients import Memory, register_content, say, sdk
 
-pytestmark = pytest.mark.integration
-
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
 
 

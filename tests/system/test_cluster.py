@@ -44,8 +44,6 @@ from tests.support.metrics import scrape, value
 from tests.support.processes import Served, worker_process
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.integration
-
 
 @dataclass
 class Deployment:

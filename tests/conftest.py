@@ -1,0 +1,32 @@
+"""The suite's three layers, by directory, each with its marker:
+
+- ``tests/unit/``: no Redis and no other process; HTTP, where a test needs it, to servers
+  running in the test's own process (``-m unit``: ~1 min);
+- ``tests/integration/``: a real redis-server and real gateways, served in the test's
+  process on real sockets, driven over HTTP by real clients (``-m integration``);
+- ``tests/system/``: the gateway as its users and operators run it, in its own
+  processes: the CLI, ``serve``, Redis killed and restarted, a Redis Cluster failing
+  over, the inspector in a browser (``-m system``).
+
+The fixtures that start Redis, the fake upstream and gateways (and check, at the end,
+that no key material or message content leaked) are in ``tests/support/fixtures.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.support.fixtures"]
+
+LAYERS = ("unit", "integration", "system")
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        layer = Path(item.path).resolve().relative_to(HERE).parts[0]
+        if layer not in LAYERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test outside {', '.join(LAYERS)}")
+        item.add_marker(getattr(pytest.mark, layer))
