@@ -175,6 +175,12 @@ class EmbeddingsUnavailable(Exception):
     """The embeddings model failed or did not answer in time: recall keeps its order."""
 
 
+# A refusal (429: past a rate limit, a tenant's concurrency or an address's connection
+# cap) is answered after a random part of this: clients refused together and retrying at
+# once then come back spread out rather than as one burst that holds the event loop.
+REFUSAL_SPREAD_S = 1.0
+
+
 def error_body(
     message: str, type_: str, *, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from gateway.compat.uvicorn import (
     HttpToolsProtocol,
     ServerState,
 )
-from gateway.errors import error_body
+from gateway.errors import REFUSAL_SPREAD_S, error_body
 
 TOO_LARGE = "Request line and headers too large."
 
@@ -87,10 +87,8 @@ _REFUSING: weakref.WeakKeyDictionary[ServerState, collections.deque[BoundedHeadP
     weakref.WeakKeyDictionary()
 )
 REFUSALS_PER_TURN = 16
-# A refusal is answered after a random part of this, while few enough wait so (below):
-# refused connections reopened together then end apart, and a client reconnecting in a
-# loop comes back spread out rather than as one burst.
-REFUSAL_SPREAD_S = 1.0
+# A refusal is answered after a random part of ``REFUSAL_SPREAD_S`` (errors.py), while few
+# enough wait so (below).
 # How many refused connections may wait out their spread at once, per server: each holds
 # a descriptor meanwhile; past this they are answered at once (paced).
 SPREAD_REFUSALS = 128

@@ -43,7 +43,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway import metrics, request_log
 from gateway.auth import Authenticator, Caller, key_id
 from gateway.config import RateLimit, Settings
-from gateway.errors import GatewayError, MemoryUnavailable, TooManyRequests
+from gateway.errors import REFUSAL_SPREAD_S, GatewayError, MemoryUnavailable, TooManyRequests
 from gateway.store import scripts
 from gateway.store.keys import PREFIX
 from gateway.store.redis_store import RedisStore, StoreUnavailable
@@ -59,8 +59,6 @@ WINDOW_S = 60
 # How long a refusal is repeated locally (see RateLimiter._refused): short beside any
 # Retry-After the gateway sends (at least 1 s), so a slot freed meanwhile is soon seen.
 REFUSAL_MEMO_S = 0.25
-# A refusal's answer waits a random part of this (see RateLimitMiddleware).
-REFUSAL_SPREAD_S = 1.0
 REFUSALS_KEPT = 10_000
 # The name a gateway key's tenant has (``Authenticator._gateway_key``), before its name.
 _GATEWAY_TENANT = "\x00gateway-tenant:"

@@ -48,7 +48,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import lru_cache
+
+from gateway.caching import memo
 
 PREFIX = "mg"
 TENANT_SECRET_KEY = f"{PREFIX}:tenant-secret"
@@ -68,7 +69,7 @@ JOB_GROUP = "summarizers"
 INDEX_SHARDS = 16
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def _digest(value: str) -> str:
     # Every key of a session is built from it, several times a request: hash an id once.
     return hashlib.sha256(value.encode()).hexdigest()[:24]

@@ -15,8 +15,8 @@ is worth keeping, not each version until it ages out.
 
 from __future__ import annotations
 
+from gateway.caching import BoundedMap
 from gateway.memory.model import Tiers
-from gateway.memory.recent import Recent
 from gateway.store.keys import SessionKeys
 
 # Sessions whose parse is kept: the documents are the size of their bytes again, a few
@@ -26,7 +26,7 @@ CACHED_SESSIONS = 1024
 
 class TiersCache:
     def __init__(self, size: int = CACHED_SESSIONS) -> None:
-        self._parsed: Recent[SessionKeys, tuple[bytes, Tiers | None]] = Recent(size)
+        self._parsed: BoundedMap[SessionKeys, tuple[bytes, Tiers | None]] = BoundedMap(size)
 
     def parse(self, keys: SessionKeys, raw: bytes | None) -> Tiers:
         if not raw:
