@@ -16,6 +16,12 @@ import aiohttp
 from gateway.errors import EmbeddingsUnavailable, SummarizerUnavailable
 from gateway.proxy.upstream import client_session
 
+# The most a background model's answer may hold: a summary is a few KB and a batch of
+# embeddings a few MB; an endpoint that sends more is failing, and reading it whole would
+# hold that much in the gateway's memory. (Its session asks for no compression and
+# inflates none: a compressed answer is a malformed one.)
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+
 
 class _ModelClient:
     """One JSON POST to an OpenAI-compatible model endpoint, bounded, never retried.
@@ -53,11 +59,13 @@ class _ModelClient:
                     self.url, data=data, headers=headers, allow_redirects=False
                 ) as response:
                     status = response.status
-                    raw = await response.read()
+                    raw = await _read_bounded(response, MAX_ANSWER_BYTES)
         except TimeoutError:
             raise self.error(f"{self.what} sent no answer within {self.timeout_s:g} s") from None
         except (aiohttp.ClientError, OSError) as error:
             raise self.error(f"cannot reach the {self.what}: {type(error).__name__}") from None
+        if raw is None:
+            raise self.error(f"{self.what} sent an answer past {MAX_ANSWER_BYTES} bytes")
         if status != 200:
             raise self.error(f"{self.what} answered {status}")
         try:
@@ -68,6 +76,20 @@ class _ModelClient:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+
+async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The body, or None once it passes ``limit`` bytes (the rest is not read)."""
+    if response.content_length is not None and response.content_length > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 class UpstreamChatModel:

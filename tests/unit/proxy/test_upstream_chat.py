@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from gateway.errors import EmbeddingsUnavailable, SummarizerUnavailable
+from gateway.proxy import models
 from gateway.proxy.models import UpstreamChatModel, UpstreamEmbeddings
 from tests.support.local_upstream import RESET, LocalUpstream, Script, local_upstream
 
@@ -196,3 +197,34 @@ async def test_embeddings_client_orders_vectors_and_reports_failures(
     finally:
         await client.aclose()
     assert server.seen[0].target == "/v1/embeddings"
+
+
+@pytest.mark.parametrize("declared", [True, False])
+async def test_an_answer_past_the_bound_is_a_failure_not_held(
+    monkeypatch: pytest.MonkeyPatch, declared: bool
+) -> None:
+    # 64 KiB of JSON against a bound of 16 KiB, with a Content-Length or chunked: the
+    # client stops reading at the bound and falls back.
+    monkeypatch.setattr(models, "MAX_ANSWER_BYTES", 16 * 1024)
+    big = completion("x" * 64 * 1024)
+
+    def make() -> web.StreamResponse:
+        response = web.json_response(big)
+        if not declared:
+            response.enable_chunked_encoding()
+        return response
+
+    async with local_upstream(answer(make)) as running:
+        client = model(running)
+        try:
+            with pytest.raises(SummarizerUnavailable, match="past 16384 bytes"):
+                await client.complete(MESSAGES, max_tokens=400)
+        finally:
+            await client.aclose()
+    monkeypatch.setattr(models, "MAX_ANSWER_BYTES", 1 << 20)
+    async with local_upstream(answer(make)) as running:  # under the bound: read whole
+        client = model(running)
+        try:
+            assert await client.complete(MESSAGES, max_tokens=400) == "x" * 64 * 1024
+        finally:
+            await client.aclose()
