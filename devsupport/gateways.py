@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from devsupport.servers import ServerThread
+from gateway.cli import protocol_options
 from gateway.config import PASSTHROUGH_PATHS, Settings, parse_settings
 from gateway.wiring import build_clients
 
@@ -32,5 +33,7 @@ def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Setti
 
 
 def start_gateway(settings: Settings) -> ServerThread:
+    """The gateway as ``serve`` runs it (its HTTP protocol and client bounds), in a thread."""
     clients = build_clients(settings, settings.redis.url)
-    return ServerThread(clients.create_app(settings), on_stop=clients.aclose).start()
+    app = clients.create_app(settings)
+    return ServerThread(app, on_stop=clients.aclose, **protocol_options(settings)).start()

@@ -195,6 +195,7 @@ class Authenticator:
         """The caller of a request, its tenant not yet resolved; no IO (401 on a key that
         is not one)."""
         key = bearer_key(headers)
+        _refuse_other_schemes(headers)
         if self.config.mode == "keys":
             return self._gateway_key(key)
         if is_placeholder(key):
@@ -285,6 +286,18 @@ class Authenticator:
 
 def _bytes(megabytes: float | None) -> int | None:
     return None if megabytes is None else int(megabytes * 2**20)
+
+
+def _refuse_other_schemes(headers: Headers) -> None:
+    """401 for credentials of a scheme other than Bearer (``Basic <base64>``, ...): taken
+    as a key, they went upstream as ``Bearer Basic ...`` and named a tenant of their own.
+    A value without a scheme (a bare key) is still taken as the key."""
+    parts = (headers.get("authorization") or "").split(None, 1)
+    if len(parts) == 2 and parts[0].lower() != "bearer":
+        raise Unauthorized(
+            "only Bearer keys are accepted: send 'Authorization: Bearer <key>'",
+            code="invalid_api_key",
+        )
 
 
 def _has_key(headers: Headers) -> bool:

@@ -223,14 +223,23 @@ def _call_texts(tool_calls: Any) -> list[str]:
 
 
 def _check_media_sizes(i: int, content: list[Any], limit: int) -> None:
-    """Refuse an image whose data URL holds more than ``limit`` bytes (413): its bytes
-    are not text, and are capped apart from it (``max_media_bytes``)."""
+    """Refuse an image whose URL is neither http(s) nor data (400), or whose data URL
+    holds more than ``limit`` bytes (413): its bytes are not text, and are capped apart
+    from it (``max_media_bytes``)."""
     for j, part in enumerate(content):
         if not media.is_image(part):
             continue
         url = media.image_url(part)
+        param = f"messages.{i}.content.{j}.image_url.url"
+        if not media.is_acceptable_url(url):
+            # A file:, gopher: or internal URL would be stored and sent upstream again
+            # on every turn: an upstream that fetches image URLs would fetch it.
+            raise InvalidRequest(
+                f"{param}: an image URL must be http://, https:// or a data: URL",
+                param=param,
+                code="invalid_image",
+            )
         if media.is_data_url(url) and media.encoded_size(url) > limit:
-            param = f"messages.{i}.content.{j}.image_url.url"
             raise PayloadTooLarge(
                 f"{param}: the image is larger than the {limit}-byte limit on one image",
                 param=param,
@@ -379,6 +388,69 @@ def check_turn_tool_results(
         raise _orphan_error(new[position], at)
 
 
+# A tool call's place in a request: (message position, call position, call id).
+CallAt = tuple[int, int, str]
+
+
+def _call_param(at: CallAt) -> str:
+    return f"messages.{at[0]}.tool_calls.{at[1]}"
+
+
+def _calls_of(position: int, message: Message) -> list[CallAt]:
+    return [(position, j, str(call["id"])) for j, call in enumerate(message.tool_calls or ())]
+
+
+def _repeated_call(messages: Sequence[Message]) -> tuple[CallAt, CallAt] | None:
+    """The first call whose id an earlier call of the request has, and that call."""
+    first_use: dict[str, CallAt] = {}
+    for i, message in enumerate(messages):
+        for at in _calls_of(i, message):
+            if at[2] in first_use:
+                return first_use[at[2]], at
+            first_use[at[2]] = at
+    return None
+
+
+def _unanswered_call(messages: Sequence[Message]) -> CallAt | None:
+    """The first call no tool message answers before the next non-prompt, non-tool
+    message (the window ``_orphan`` lets a tool message answer in)."""
+    waiting: list[CallAt] = []
+    for i, message in enumerate(messages):
+        if message.role == "tool":
+            waiting = [at for at in waiting if at[2] != message.tool_call_id]
+        elif message.role not in PROMPT_ROLES:
+            if waiting:
+                return waiting[0]
+            waiting = _calls_of(i, message)
+    return waiting[0] if waiting else None
+
+
+def check_tool_calls(messages: Sequence[Message]) -> None:
+    """Every tool call of the request is answered in it, and has an id of its own.
+
+    Stored, an unanswered or repeated call would be sent again on every later turn, and
+    OpenAI refuses such a history ("No tool output found for function call ..."). Calls
+    memory holds are not in the request: a client answering one sends only the tool
+    message, which ``check_turn_tool_results`` matches to the stored call.
+    """
+    repeated = _repeated_call(messages)
+    if repeated is not None:
+        first, again = repeated
+        param = _call_param(again)
+        raise InvalidRequest(
+            f"{param}: tool call id {again[2]!r} is already the id of {_call_param(first)}",
+            param=param,
+        )
+    unanswered = _unanswered_call(messages)
+    if unanswered is not None:
+        param = _call_param(unanswered)
+        raise InvalidRequest(
+            f"{param}: tool call {unanswered[2]!r} has no tool message answering it before "
+            "the next user or assistant message",
+            param=param,
+        )
+
+
 async def parse_chat_request_off_loop(raw: bytes, limits: MessageLimits) -> ChatRequest:
     """``parse_chat_request``, in the heavy-work pool when the body is large."""
     return await offload.sized(len(raw), parse_chat_request, raw, limits)
@@ -405,4 +477,5 @@ def parse_chat_request(raw: bytes, limits: MessageLimits = DEFAULT_LIMITS) -> Ch
                 f"messages.{i}.name: required for function messages", param=f"messages.{i}.name"
             )
     check_tool_results(messages, None)
+    check_tool_calls(messages)
     return ChatRequest(body=body, model=shape.model, messages=messages, stream=bool(shape.stream))

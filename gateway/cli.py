@@ -90,6 +90,14 @@ def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
         # server.trusted_proxies: an X-Forwarded-For from anyone else is not believed.
         "proxy_headers": bool(settings.server.trusted_proxies),
         "forwarded_allow_ips": ",".join(settings.server.trusted_proxies) or None,
+        **protocol_options(settings),
+    }
+
+
+def protocol_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the gateway's HTTP protocol (``serve``'s, and the test
+    suite's in-process gateways')."""
+    return {
         # The protocol's own bounds on a client (see http_protocol). A partial, not a
         # subclass made here: ``--workers`` pickles the options to each process.
         "http": functools.partial(BoundedHeadProtocol, limits=_client_limits(settings)),

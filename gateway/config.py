@@ -236,6 +236,11 @@ class MemoryConfig(_Section):
     # hash and sends it again while its message is in the window; "drop" keeps only a
     # placeholder (the image is sent with its own turn only).
     media: Literal["store", "drop"] = "store"
+    # The most text (UTF-8 bytes) one request may add to a session's log: one Redis
+    # script writes a turn, and Redis runs nothing else meanwhile (~30 MB held every other
+    # tenant's calls past their deadline). A first request carrying a longer history is
+    # refused (413); the memory API's import writes any history in batches of this size.
+    max_record_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
 
     @property
     def composition(self) -> Composition:

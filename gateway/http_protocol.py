@@ -5,7 +5,8 @@ h11 on a trivial app, a tenth of the passthrough path's cost. But it buffers a r
 line and headers without any limit: an 8 MiB ``X-Session-Id`` was read whole and
 answered. This protocol counts the bytes of a head as they arrive and answers 400 (and
 closes) once ``server.max_header_bytes`` pass without the head's end, before more is
-parsed.
+parsed. Every 400 of this layer (that one, and the parser's own for a malformed request)
+is OpenAI's error envelope, as the app's errors are.
 
 Notes:
     The limit comes through uvicorn's own ``h11_max_incomplete_event_size`` option (the
@@ -390,6 +391,17 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def _reading_resumed(self) -> None:
         if self.deadline_deferred and not self.transport.is_closing():
             self._rearm_read_deadline()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's 400 for a request its parser refused (a control byte in a header, a
+        malformed request line) and the head bound's (``_feed``): in OpenAI's envelope,
+        not uvicorn's plain text, so that a client's SDK can read every error alike."""
+        if msg == TOO_LARGE:
+            message = f"the request line and headers are over {self.max_head_bytes} bytes"
+            self._answer_and_close(400, message, "invalid_request_error", "headers_too_large")
+            return
+        message = "the request is not valid HTTP/1.1 (its request line or a header is malformed)"
+        self._answer_and_close(400, message, "invalid_request_error", "invalid_request")
 
     def _answer_and_close(
         self, status: int, message: str, type_: str, code: str, extra: bytes = b""

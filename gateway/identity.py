@@ -37,15 +37,20 @@ class Identity:
     users: frozenset[str] | None = None
 
 
-def bearer_key(headers: Headers) -> str:
-    """The key a request carries. Two Authorization headers are refused: the gateway
-    would check one and an upstream might use the other."""
-    found = headers.getlist("authorization")
+def single_header(headers: Headers, header: str) -> str | None:
+    """The one value of a header the gateway acts on; None when absent. Two are refused
+    (400): with Authorization the gateway would check one and an upstream might use the
+    other; with X-Session-Id, X-User-Id or X-Memory-Mode the gateway would take the first
+    while a proxy or log in front of it may have taken the last."""
+    found = headers.getlist(header)
     if len(found) > 1:
-        raise InvalidRequest(
-            "send one Authorization header", param="Authorization", code="invalid_header"
-        )
-    value = found[0] if found else ""
+        raise InvalidRequest(f"send one {header} header", param=header, code="invalid_header")
+    return found[0] if found else None
+
+
+def bearer_key(headers: Headers) -> str:
+    """The key a request carries (one Authorization header at most)."""
+    value = single_header(headers, "Authorization") or ""
     scheme, _, key = value.partition(" ")
     return key.strip() if scheme.lower() == "bearer" else value.strip()
 
@@ -60,7 +65,7 @@ def header_id(headers: Headers, header: str) -> str | None:
     ASGI servers decode header bytes as latin-1, clients send UTF-8: decode the bytes
     again so that "café" is one id whichever way it arrives.
     """
-    raw = headers.get(header)
+    raw = single_header(headers, header)
     if raw is None:
         return None
     try:
@@ -92,7 +97,8 @@ def check_id(value: str, header: str) -> str:
 
 
 def memory_mode(headers: Headers) -> MemoryMode:
-    raw = headers.get("x-memory-mode", "on").strip().lower()
+    sent = single_header(headers, "X-Memory-Mode")
+    raw = "on" if sent is None else sent.strip().lower()
     try:
         return MemoryMode(raw)
     except ValueError:

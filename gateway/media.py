@@ -112,6 +112,15 @@ def is_data_url(url: str) -> bool:
     return url[:5].lower() == "data:"
 
 
+_WEB_URL = re.compile(r"https?://[^\s/?#]+\S*", re.IGNORECASE)
+
+
+def is_acceptable_url(url: str) -> bool:
+    """An image URL a client may send: a data URL, an http(s) URL with a host, or a
+    stored reference (which becomes its placeholder)."""
+    return is_data_url(url) or url.startswith(REF_PREFIX) or bool(_WEB_URL.fullmatch(url))
+
+
 def is_reference_url(part: Any) -> bool:
     return is_image(part) and image_url(part).startswith(REF_PREFIX)
 

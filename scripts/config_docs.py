@@ -56,8 +56,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "port": "listen port (`serve --port` overrides it)",
         "max_body_bytes": "largest request body; past it 413 `payload_too_large` and the "
         "connection is closed",
-        "max_header_bytes": "request line and headers together; past it a plain-text 400 "
-        "and the connection is closed before the gateway sees the request",
+        "max_header_bytes": "request line and headers together; past it 400 "
+        "`headers_too_large` (the error envelope), then the connection is closed, before the "
+        "gateway sees the request",
         "max_messages": "messages in one request (chat, memory import, `/context`); past it "
         "400 `too_many_messages`",
         "max_message_bytes": "one message's text in UTF-8 bytes; past it 413. A longer "
@@ -159,6 +160,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "media": "images of messages: `store` keeps each once per session and sends it "
         "again while its message is in the window; `drop` keeps a placeholder (the image "
         "goes with its own turn only)",
+        "max_record_bytes": "the most text one request may add to a session's log at once "
+        "(one Redis script writes it, and Redis serves no one else meanwhile): a first "
+        "request with a longer history gets 413; the memory API's import writes any "
+        "history in batches of this size",
     },
     "Composition": {
         "window": "verbatim recent messages",

@@ -30,6 +30,7 @@ from gateway.chat_request import (
 )
 from gateway.dialects.responses_items import (
     Anchor,
+    check_function_calls,
     items_from_messages,
     message_from_output,
     messages_from_input,
@@ -114,6 +115,7 @@ def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesReque
             "input: a function_call_output answers no function_call of the items before it",
             param="input",
         ) from None
+    check_function_calls(items)
     return ResponsesRequest(body, model, converted.messages, stream, converted.passengers)
 
 

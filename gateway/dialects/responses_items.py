@@ -134,6 +134,44 @@ def anchor_of(message: Message | dict[str, Any]) -> Anchor:
     return ("message", str(data.get("role", "")), content_text(data.get("content")))
 
 
+def _item_type(item: dict[str, Any]) -> Any:
+    # A message item may leave out its type (the SDKs' EasyInputMessage).
+    return item.get("type", "message" if "role" in item else None)
+
+
+def check_function_calls(value: Any) -> None:
+    """Every function_call item of ``input`` has a function_call_output after it, and a
+    call_id no other function_call of ``input`` has (400 naming the item).
+
+    Stored, an unanswered or repeated call would be sent again on every later turn, and
+    OpenAI refuses such a history ("No tool output found for function call ...").
+    Calls memory holds are not in ``input``: an output sent alone answers one of them.
+    Run after ``messages_from_input``, which checked each item's shape.
+    """
+    if not isinstance(value, list):
+        return
+    calls: dict[str, int] = {}  # call_id -> position of its function_call
+    unanswered: dict[str, int] = {}  # the same, in input order, until an output answers
+    for i, item in enumerate(value):
+        kind = _item_type(item)
+        if kind == "function_call":
+            call_id = item["call_id"]
+            if call_id in calls:
+                first = f"input.{calls[call_id]}"
+                raise _invalid(
+                    f"input.{i}", f"call_id {call_id!r} is already the call_id of {first}"
+                )
+            calls[call_id] = unanswered[call_id] = i
+        elif kind == "function_call_output":
+            unanswered.pop(item["call_id"], None)
+    if unanswered:
+        call_id, position = next(iter(unanswered.items()))
+        raise _invalid(
+            f"input.{position}",
+            f"function_call {call_id!r} has no function_call_output after it",
+        )
+
+
 def messages_from_input(value: Any) -> Converted:
     """A Responses ``input`` as chat-format messages (400 for a shape memory cannot keep)."""
     if isinstance(value, str):
@@ -148,7 +186,7 @@ def messages_from_input(value: Any) -> Converted:
         at = f"input.{i}"
         if not isinstance(item, dict):
             raise _invalid(at, "must be an object")
-        kind = item.get("type", "message" if "role" in item else None)
+        kind = _item_type(item)
         if not isinstance(kind, str):
             raise _invalid(f"{at}.type", "must be a string")
         if kind not in STORED_TYPES:

@@ -24,7 +24,7 @@ from gateway.service.archives import MOST_DELTA, RECENT_ENTRIES, Archives
 from gateway.service.images import Images, ingested
 from gateway.service.planning import Planner
 from gateway.service.recall import Recall, query_of
-from gateway.service.recording import Recorder
+from gateway.service.recording import Recorder, check_record_size
 from gateway.service.turn import Turn, check_quota, session_keys
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import Known, RedisStore
@@ -128,6 +128,8 @@ class MemoryService:
             archive = await self._held.archive(keys, loaded.log, held, tier)
             state = replace(state, tail=archive.tail(self.config.reconcile_tail))
         plan = await self._planner.plan(messages, state, model)
+        if identity.mode is MemoryMode.ON:
+            check_record_size(plan.to_record, self.config.max_record_bytes)
         if plan.branch_from is not None:  # an edit: facts read from what it abandons go
             cut = facts_after_branch(state.tiers, plan.branch_from, plan.branch_from)
             state = state if cut is None else replace(state, tiers=cut[0])

@@ -8,11 +8,12 @@ import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from gateway import media
 from gateway.config import MemoryConfig
+from gateway.errors import PayloadTooLarge
 from gateway.memory.branches import facts_after_branch
 from gateway.memory.jobs import Job, schedule
 from gateway.memory.model import Message, Pin, SessionState
@@ -36,6 +37,44 @@ log = logging.getLogger(__name__)
 
 # A Lua script unpacks its arguments onto the stack; imports go in batches below that limit.
 IMPORT_BATCH = 500
+
+
+def record_bytes(messages: Sequence[Message]) -> int:
+    """The text appending the messages writes, in UTF-8 bytes (their stored JSON adds a
+    few dozen bytes each)."""
+    return sum(len(message.text.encode("utf-8", "surrogatepass")) for message in messages)
+
+
+def check_record_size(messages: Sequence[Message], limit: int) -> None:
+    """Refuse (413) a turn that would write more than ``limit`` bytes of text at once
+    (``memory.max_record_bytes``): a long history the session does not hold yet."""
+    size = record_bytes(messages)
+    if size > limit:
+        raise PayloadTooLarge(
+            f"messages: this request would add {size} bytes of history that the session "
+            f"does not hold yet, past memory.max_record_bytes ({limit}); import a long "
+            "history through the memory API (POST /memory/sessions/{session_id}/import), "
+            "which writes it in batches, then send the new message",
+            param="messages",
+        )
+
+
+def record_batches(
+    messages: Sequence[Message], most_messages: int, most_bytes: int
+) -> Iterator[Sequence[Message]]:
+    """The messages in consecutive batches of at most ``most_messages`` and, unless one
+    message alone is larger, ``most_bytes`` of text."""
+    start = size = 0
+    for end, message in enumerate(messages):
+        own = record_bytes((message,))
+        if end > start and (end - start >= most_messages or size + own > most_bytes):
+            yield messages[start:end]
+            start, size = end, 0
+        size += own
+    if start < len(messages):
+        yield messages[start:]
+
+
 END_JOB = Job("end", 0, 0, 0)
 # Records that lost a race for the tail and were planned again; each race needs another
 # turn to land in between, so a few attempts are plenty.
@@ -171,10 +210,8 @@ class Recorder:
         """Append messages as if they had been exchanged (the same policy runs); the count."""
         messages, blobs = await ingested(messages)
         state = await self.store.load(keys, self.config.reconcile_tail)
-        for start in range(0, len(messages), IMPORT_BATCH):
-            batch = await self.planner.counted_off_loop(
-                messages[start : start + IMPORT_BATCH], model
-            )
+        for part in record_batches(messages, IMPORT_BATCH, self.config.max_record_bytes):
+            batch = await self.planner.counted_off_loop(tuple(part), model)
             state = await self._append(keys, user_id, batch, stored=state, now=now, blobs=blobs)
         return state.message_count
 

@@ -335,6 +335,27 @@ def test_two_authorization_headers_are_refused(gateway: ServerThread, api_key: s
     envelope(response, 400, "invalid_header")
 
 
+@pytest.mark.parametrize(
+    "authorization",
+    ["Basic eDpzZWNyZXQtcGFzc3dvcmQ=", "basic eDpzZWNyZXQtcGFzc3dvcmQ=",
+     "Digest username=x, realm=y", "Token sk-a-real-looking-key", "Basic\teDpzZWNyZXQ="],
+)  # fmt: skip
+@pytest.mark.parametrize("anonymous", [False, True])
+def test_credentials_of_another_scheme_than_bearer_are_refused_everywhere(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, authorization: str, anonymous: bool
+) -> None:
+    """They were taken as a key: sent upstream as "Bearer Basic ..." and a new tenant."""
+    gateway = make_gateway(auth={"allow_anonymous": anonymous})
+    headers = {"Authorization": authorization}
+    envelope(chat(gateway, headers, **{"X-Session-Id": "s1"}), 401, "invalid_api_key")
+    envelope(chat(gateway, headers), 401, "invalid_api_key")  # no session: the passthrough
+    envelope(httpx.get(gateway.url + "/v1/models", headers=headers), 401, "invalid_api_key")
+    memory = httpx.get(gateway.url + "/memory/sessions", headers=headers)
+    envelope(memory, 401, "invalid_api_key")
+    assert memory.json()["error"]["type"] == "invalid_request_error"
+    assert fake_upstream.requests == []  # nothing reached the upstream
+
+
 def test_a_key_the_upstream_refuses_in_a_chat_loses_the_memory_api_at_once(
     gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:

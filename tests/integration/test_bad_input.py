@@ -145,7 +145,8 @@ def test_control_characters_in_session_id_get_an_error_envelope(
 
 
 def test_session_id_bytes_the_http_parser_refuses_still_get_a_400(gateway: ServerThread) -> None:
-    # uvicorn's parser rejects \x01 in a header before the app runs: a 400, not an envelope.
+    # uvicorn's parser rejects \x01 in a header before the app runs: the protocol's 400
+    # (its envelope: tests/unit/test_http_protocol.py).
     reply = raw_request(gateway, b"abc\x01def")
     assert reply.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), reply[:300]
 
@@ -309,9 +310,10 @@ def test_cr_lf_in_a_header_is_refused_by_the_http_parser(
 ) -> None:
     """uvicorn's parser (httptools and h11 alike) answers 400 before the app runs.
 
-    That 400 is text/plain, not the envelope: the request never reaches the gateway's code
-    (nothing is read, nothing stored). ``a\r\nX-Injected: 1`` is two headers on the wire,
-    the first one ending at the CR: either way no header value holds a CR or LF.
+    That 400 is the protocol's envelope (gateway/http_protocol.py): the request never
+    reaches the gateway's code (nothing is read, nothing stored). ``a\r\nX-Injected: 1``
+    is two headers on the wire, the first one ending at the CR: either way no header value
+    holds a CR or LF.
     """
     reply = raw_request(gateway, value)
     status = reply.split(b"\r\n", 1)[0]

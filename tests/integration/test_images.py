@@ -281,6 +281,7 @@ def test_a_url_image_is_forwarded_as_it_is_and_counted(
         ("data:image/png;base64," + base64.b64encode(b"just some text").decode(), 400,
          "invalid_image"),
         ("data:image/png,rawbytes", 400, "invalid_image"),
+        ("file:///etc/passwd", 400, "invalid_image"),  # never stored, never sent upstream
     ],
 )  # fmt: skip
 def test_bad_image_data_is_a_400(

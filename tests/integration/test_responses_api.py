@@ -420,6 +420,49 @@ def test_a_function_call_output_must_answer_a_call_memory_holds(
     assert len(stored_log(redis_server, api_key, session_id)) == 2
 
 
+def _function_call(call_id: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": "get_weather",
+            "arguments": '{"city": "Paris"}'}  # fmt: skip
+
+
+def test_a_function_call_must_be_answered_once_in_the_input(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    """Stored, an unanswered or repeated call would be forwarded on every later turn, and
+    OpenAI refuses such a history: the whole session would fail."""
+    headers = {"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id}
+    url = gateway.url + "/v1/responses"
+    ask = {"role": "user", "content": "Weather in Paris?"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+    refused = {
+        "input.1": [ask, _function_call("c1"), {"role": "user", "content": "y"}],
+        "input.2": [ask, _function_call("c1"), _function_call("c1"), output],
+    }
+    for param, items in refused.items():
+        response = httpx.post(url, json={"model": "fake-model", "input": items}, headers=headers)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["type"], error["param"]) == ("invalid_request_error", param)
+        assert "'c1'" in error["message"]
+    assert stored_log(redis_server, api_key, session_id) == []
+
+    # Answered once, the call is kept with its output and sent again on the next turn.
+    client = sdk(gateway, api_key, session_id)
+    answered_pair: Any = [ask, _function_call("c1"), output]
+    client.responses.create(model="fake-model", input=answered_pair)
+    log = stored_log(redis_server, api_key, session_id)
+    assert [m["role"] for m in log] == ["user", "assistant", "tool", "assistant"]
+    assert log[1]["tool_calls"][0]["id"] == log[2]["tool_call_id"] == "c1"
+    client.responses.create(model="fake-model", input="and tomorrow?")
+    items = last_forwarded(fake_upstream)["input"]
+    answered = [(i.get("type"), i.get("call_id")) for i in items if "call_id" in i]
+    assert answered == [("function_call", "c1"), ("function_call_output", "c1")]
+
+
 def test_with_gateway_keys_responses_follow_the_allowlist(
     make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:

@@ -234,7 +234,7 @@ def test_a_message_over_the_size_cap_is_a_413_naming_it(
         "\U0001f600" * 25,
         [
             {"type": "text", "text": "x" * 50},
-            {"type": "image_url", "image_url": {"url": "u" * 500}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/" + "u" * 480}},
         ],
     ],
     ids=["string", "2-byte", "emoji", "image url not counted"],
@@ -266,3 +266,109 @@ def test_far_too_many_messages_are_refused_before_the_body_is_parsed() -> None:
     with pytest.raises(InvalidRequest) as caught:
         parse_chat_request(quoted.encode(), limits)  # 11 messages: counted once parsed
     assert "11 messages" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["file:///etc/passwd", "javascript:alert(1)", "gopher://127.0.0.1:6379/_x", "ftp://h/a.png",
+     "/etc/passwd", "", "http://", "https://h/a b.png"],
+)  # fmt: skip
+def test_an_image_url_that_is_not_http_or_data_is_a_400(url: str) -> None:
+    content = [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": url}}]
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(body(messages=[{"role": "user", "content": content}]), Limits())
+    param = "messages.0.content.1.image_url.url"
+    assert (caught.value.status, caught.value.param, caught.value.code) == (
+        400,
+        param,
+        "invalid_image",
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://example.com/cat.png?size=2#x", "HTTP://EXAMPLE.COM/CAT.PNG",
+     "data:image/png;base64,iVBORw0KGgo=", "memory-gateway:media/" + "0" * 64],
+)  # fmt: skip
+def test_http_data_and_reference_image_urls_are_taken(url: str) -> None:
+    content = [{"type": "image_url", "image_url": {"url": url}}]
+    parsed = parse_chat_request(body(messages=[{"role": "user", "content": content}]), Limits())
+    assert parsed.messages[0].content == content
+
+
+def _asks(*ids: str) -> dict[str, Any]:
+    """An assistant message calling a tool once per id."""
+    return {"role": "assistant", "content": None, "tool_calls": [{**CALL_OF, "id": i} for i in ids]}
+
+
+def _answers(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "content": "42", "tool_call_id": call_id}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param", "named"),
+    [
+        pytest.param([USER, _asks("c1")], "messages.1.tool_calls.0", "c1", id="last message"),
+        pytest.param(
+            [USER, _asks("c1"), USER], "messages.1.tool_calls.0", "c1", id="user after it"
+        ),
+        pytest.param(
+            [USER, _asks("c1"), {"role": "assistant", "content": "done"}],
+            "messages.1.tool_calls.0",
+            "c1",
+            id="assistant after it",
+        ),
+        pytest.param(
+            [USER, _asks("c1", "c2"), _answers("c1"), USER],
+            "messages.1.tool_calls.1",
+            "c2",
+            id="one of two parallel calls",
+        ),
+        pytest.param(
+            [USER, _asks("c1", "c1"), _answers("c1")],
+            "messages.1.tool_calls.1",
+            "c1",
+            id="repeated in one message",
+        ),
+        pytest.param(
+            [USER, _asks("c1"), _answers("c1"), USER, _asks("c1"), _answers("c1")],
+            "messages.4.tool_calls.0",
+            "c1",
+            id="repeated in a later message",
+        ),
+    ],
+)
+def test_a_tool_call_unanswered_or_repeated_is_a_400_naming_it(
+    messages: list[dict[str, Any]], param: str, named: str
+) -> None:
+    """Stored, such a call would be sent on every later turn, and OpenAI refuses it."""
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(body(messages=messages))
+    assert (caught.value.status, caught.value.type, caught.value.param) == (
+        400,
+        "invalid_request_error",
+        param,
+    )
+    assert caught.value.message.startswith(param) and repr(named) in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        pytest.param([USER, _asks("c1"), _answers("c1")], id="answered"),
+        pytest.param(
+            [USER, _asks("c1", "c2"), _answers("c2"), _answers("c1"), USER],
+            id="parallel, answered in another order",
+        ),
+        pytest.param(
+            [USER, _asks("c1"), {"role": "system", "content": "s"}, _answers("c1")],
+            id="a prompt message between",
+        ),
+        # Memory holds the call: the client sends only its result.
+        pytest.param([_answers("c1")], id="result alone"),
+        pytest.param([_answers("c1"), _asks("c2"), _answers("c2")], id="result, then a call"),
+    ],
+)
+def test_answered_tool_calls_are_taken(messages: list[dict[str, Any]]) -> None:
+    parsed = parse_chat_request(body(messages=messages))
+    assert [m.to_openai() for m in parsed.messages] == messages

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -92,7 +93,30 @@ def test_a_head_past_the_limit_is_refused_before_the_app(server: ServerThread, p
     answer = exchange(server, [request[i : i + step] for i in range(0, len(request), step)])
     assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
     assert b"connection: close" in answer
+    assert error_of(answer)["code"] == "headers_too_large"
     assert "huge" not in seen
+
+
+@pytest.mark.parametrize("byte", [b"\x01", b"\x00", b"\x7f"])
+def test_a_head_the_parser_refuses_gets_the_error_envelope(
+    server: ServerThread, byte: bytes
+) -> None:
+    seen.clear()
+    request = b"GET /x HTTP/1.1\r\nHost: t\r\nX-Id: bad" + byte + b"id\r\n\r\n"
+    answer = exchange(server, [request])
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+    assert b"connection: close" in answer
+    assert b"content-type: application/json" in answer
+    assert error_of(answer)["code"] == "invalid_request"
+    assert seen == []
+
+
+def error_of(answer: bytes) -> dict[str, Any]:
+    """The OpenAI error envelope of a raw HTTP answer (all four fields), its error."""
+    error: dict[str, Any] = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    return error
 
 
 def test_a_large_body_does_not_count_against_the_head(server: ServerThread) -> None:

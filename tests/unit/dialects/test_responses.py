@@ -110,3 +110,58 @@ def test_any_input_is_parsed_or_refused_with_a_gateway_error(items: Any) -> None
     except GatewayError:
         return
     request.forwarded([m.to_openai() for m in request.messages])
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": "f", "arguments": "{}"}
+
+
+def _output(call_id: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": "o"}
+
+
+_ASK = {"role": "user", "content": "x"}
+
+
+@pytest.mark.parametrize(
+    ("items", "param", "named"),
+    [
+        # The red team's: the call, stored, made every later turn fail upstream.
+        ([_ASK, _call("c1"), {"role": "user", "content": "y"}], "input.1", "c1"),
+        ([_ASK, _call("c1")], "input.1", "c1"),
+        ([_ASK, _call("c1"), _call("c2"), _output("c2")], "input.1", "c1"),
+        ([_ASK, _call("c1"), _call("c2"), _output("c1")], "input.2", "c2"),
+        # An output before its call answers a call memory holds, not this one.
+        ([_output("c1"), _call("c1")], "input.1", "c1"),
+        ([_ASK, _call("c1"), _call("c1"), _output("c1")], "input.2", "c1"),
+        ([_ASK, _call("c1"), _output("c1"), _call("c1"), _output("c1")], "input.3", "c1"),
+    ],
+)  # fmt: skip
+def test_an_unanswered_or_repeated_function_call_is_a_400_naming_it(
+    items: list[dict[str, Any]], param: str, named: str
+) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        parse({"model": "m", "input": items})
+    assert (raised.value.status, raised.value.type, raised.value.param) == (
+        400,
+        "invalid_request_error",
+        param,
+    )
+    assert raised.value.message.startswith(param) and repr(named) in raised.value.message
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [_ASK, _call("c1"), _output("c1")],
+        [_ASK, _call("c1"), _call("c2"), _output("c2"), _output("c1")],
+        [_ASK, _call("c1"), {"type": "reasoning", "id": "rs_1"}, _output("c1")],
+        # Memory holds the call: an agent sends only its output.
+        [_output("c1")],
+        [_output("c1"), _call("c2"), _output("c2")],
+    ],
+)  # fmt: skip
+def test_answered_function_calls_are_taken(items: list[dict[str, Any]]) -> None:
+    request = parse({"model": "m", "input": items})
+    calls = [call["id"] for m in request.messages for call in m.tool_calls or ()]
+    assert calls == [item["call_id"] for item in items if item.get("type") == "function_call"]
