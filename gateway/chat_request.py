@@ -29,7 +29,7 @@ from pydantic_core import ErrorDetails
 
 from gateway import codec, media, offload
 from gateway.errors import InvalidRequest, PayloadTooLarge
-from gateway.memory.model import PROMPT_ROLES, Message
+from gateway.memory.model import PROMPT_ROLES, Message, call_texts
 
 # Longer than any model name or path a server uses; keeps a fuzzed megabyte out of logs.
 MAX_MODEL_LENGTH = 1024
@@ -212,16 +212,6 @@ def _content_texts(content: Any) -> list[str]:
     ]
 
 
-def _call_texts(tool_calls: Any) -> list[str]:
-    texts = []
-    for call in tool_calls if isinstance(tool_calls, list) else ():
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            pair = (function.get("name"), function.get("arguments"))
-            texts += [value for value in pair if isinstance(value, str)]
-    return texts
-
-
 def _check_media_sizes(i: int, content: list[Any], limit: int) -> None:
     """Refuse an image whose URL is neither http(s) nor data (400), or whose data URL
     holds more than ``limit`` bytes (413): its bytes are not text, and are capped apart
@@ -261,7 +251,7 @@ def check_message_sizes(messages: Sequence[Any], limits: MessageLimits) -> None:
         if isinstance(text, str) and len(text) <= quarter and not message.get("tool_calls"):
             continue  # (nearly every message: far below the cap in any encoding)
         content = _content_texts(text)
-        calls = _call_texts(message.get("tool_calls"))
+        calls = call_texts(message.get("tool_calls"))
         if _utf8_over(content, limit):
             param = f"messages.{i}.content"
         elif calls and _utf8_over(content + calls, limit):

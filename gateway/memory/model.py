@@ -17,6 +17,18 @@ PROMPT_ROLES = frozenset({"system", "developer"})
 DERIVED_ENTRIES = 8
 
 
+def call_texts(tool_calls: Any) -> list[str]:
+    """The names and arguments of tool calls (a list or tuple of OpenAI's call objects):
+    text that is stored and indexed like a message's content."""
+    texts = []
+    for call in tool_calls if isinstance(tool_calls, list | tuple) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            pair = (function.get("name"), function.get("arguments"))
+            texts += [value for value in pair if isinstance(value, str)]
+    return texts
+
+
 def content_text(content: Any) -> str:
     """The text of a message's content, whether a string or a list of content parts."""
     if content is None:

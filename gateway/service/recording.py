@@ -16,7 +16,7 @@ from gateway.config import MemoryConfig
 from gateway.errors import PayloadTooLarge
 from gateway.memory.branches import facts_after_branch
 from gateway.memory.jobs import Job, schedule
-from gateway.memory.model import Message, Pin, SessionState
+from gateway.memory.model import Message, Pin, SessionState, call_texts
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.presets import Composition
 from gateway.service.archives import Archives
@@ -40,9 +40,13 @@ IMPORT_BATCH = 500
 
 
 def record_bytes(messages: Sequence[Message]) -> int:
-    """The text appending the messages writes, in UTF-8 bytes (their stored JSON adds a
-    few dozen bytes each)."""
-    return sum(len(message.text.encode("utf-8", "surrogatepass")) for message in messages)
+    """The text appending the messages writes (content, and tool calls' names and
+    arguments), in UTF-8 bytes (their stored JSON adds a few dozen bytes each)."""
+    return sum(
+        len(text.encode("utf-8", "surrogatepass"))
+        for message in messages
+        for text in (message.text, *call_texts(message.tool_calls))
+    )
 
 
 def check_record_size(messages: Sequence[Message], limit: int) -> None:

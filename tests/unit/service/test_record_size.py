@@ -18,6 +18,11 @@ def test_bytes_are_utf8_bytes_of_the_text() -> None:
     assert record_bytes([]) == 0
 
 
+def test_tool_calls_count_their_names_and_arguments() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "x" * 99}}
+    assert record_bytes([Message("assistant", None, tool_calls=(call, call))]) == 200
+
+
 def test_a_turn_at_the_bound_is_taken_and_one_byte_more_refused() -> None:
     check_record_size(messages(60, 40), 100)
     with pytest.raises(PayloadTooLarge) as caught:
