@@ -350,6 +350,13 @@ class Worker:
                 log.warning("job %s not run: %s", notice.job_id, error)
                 metrics.job_failed("redis_unavailable")
                 return
+            except Exception:
+                # A job that fails in the gateway's own code would fail again on every
+                # reclaim: said (with its traceback, no content) and acknowledged, so that
+                # one job cannot stop the worker, and every session's summaries, with it.
+                log.exception("job %s failed and is dropped", notice.job_id)
+                metrics.job_failed("error")
+                outcome = "done"
             if outcome == "conflict":  # it gave up on a session other writers kept busy
                 metrics.job_failed("conflict")
             await self.store.ack_job(notice)

@@ -157,10 +157,25 @@ async def run_job(
     *,
     now: float,
 ) -> Tiers | None:
-    """The tiers after this job, or None when the tiers already hold its effect."""
+    """The tiers after this job, or None when the tiers already hold its effect, or the
+    composition has no tier for it."""
+    if not _has_tier_for(job, composition):
+        # Queued under another composition: the preset changed while it waited, or
+        # another gateway sharing the Redis runs another one. Nothing of it to keep.
+        return None
     work = _Work(job, composition, tiers, messages, summarizer, now)
     handlers = {"chunk": _chunk, "recursive": _recursive, "facts": _facts}
     return await handlers.get(job.kind, _rolling)(work)
+
+
+def _has_tier_for(job: Job, composition: Composition) -> bool:
+    if job.kind == "chunk":
+        return composition.chunks is not None
+    if job.kind == "recursive":
+        return composition.recursive is not None
+    if job.kind in ("fold", "compress"):
+        return composition.rolling is not None
+    return True  # facts: extracted into the facts tier, or kept for a later one
 
 
 async def _chunk(work: _Work) -> Tiers | None:

@@ -163,3 +163,38 @@ async def test_a_job_still_running_after_the_grace_is_cancelled_unacknowledged(
     stop.set()
     await asyncio.wait_for(running, 2)
     assert store.acked == [] and worker.processed == 0  # left pending: reclaimed later
+
+
+class FailingJobs:
+    """A runner whose first job fails in the gateway's own code, the next ones run."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.ran_after = asyncio.Event()
+
+    async def run_notice(self, notice: JobNotice) -> str:
+        self.runs += 1
+        if self.runs == 1:
+            raise AssertionError("a bug in a job's handler")
+        self.ran_after.set()
+        return "written"
+
+
+class TwoNotices(OneNotice):
+    def __init__(self) -> None:
+        super().__init__()
+        self.notices = [JobNotice(b"2-0", SessionKeys("t", "s"), "job-2"), *self.notices]
+
+
+async def test_a_job_that_fails_is_acknowledged_and_the_worker_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, jobs = TwoNotices(), FailingJobs()
+    worker = Worker(store, jobs, block_ms=5000, concurrency=1)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    await asyncio.wait_for(jobs.ran_after.wait(), 2)  # the worker outlived the failure
+    stop.set()
+    await asyncio.wait_for(running, 2)  # and stops cleanly, raising nothing
+    assert [n.job_id for n in store.acked] == ["job-1", "job-2"]  # not reclaimed forever
+    assert "job job-1 failed and is dropped" in caplog.text

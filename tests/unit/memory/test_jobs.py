@@ -593,3 +593,16 @@ def test_versions_strictly_increase_over_a_long_conversation(name: str) -> None:
         versions.append(updated.version)
         tiers = updated
     assert versions == list(range(1, len(versions) + 1))
+
+
+@pytest.mark.parametrize(
+    ("job", "preset"),
+    [(Job("chunk", 1, 20, 20), "rolling-summary"), (Job("recursive", 1, 19, 20), "hybrid"),
+     (Job("fold", 1, 2, 2, 1, 1), "hybrid"), (Job("compress", 1, 2, 2, 8, 1), "hybrid")],
+)  # fmt: skip
+def test_a_job_of_another_composition_changes_nothing(job: Job, preset: str) -> None:
+    # Queued before the preset changed (or by a gateway running another one): a no-op,
+    # not an error that would stop the worker.
+    fake = FakeSummarizer()
+    assert run(job, PRESETS[preset], Tiers(version=3), conv(40), fake) is None
+    assert fake.calls == []
