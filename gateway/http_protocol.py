@@ -313,7 +313,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             return
         if self.heads == heads:  # no end of the head within the limit
             self.logger.warning(TOO_LARGE)
-            self.send_400_response(TOO_LARGE)
+            message = f"the request line and headers are over {self.max_head_bytes} bytes"
+            self._answer_and_close(400, message, "invalid_request_error", "headers_too_large")
             return
         self._feed(data[room:])  # the body, and maybe the next request's head
 
@@ -394,12 +395,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's 400 for a request its parser refused (a control byte in a header, a
-        malformed request line) and the head bound's (``_feed``): in OpenAI's envelope,
-        not uvicorn's plain text, so that a client's SDK can read every error alike."""
-        if msg == TOO_LARGE:
-            message = f"the request line and headers are over {self.max_head_bytes} bytes"
-            self._answer_and_close(400, message, "invalid_request_error", "headers_too_large")
-            return
+        malformed request line): in OpenAI's envelope, not uvicorn's plain text, so that a
+        client's SDK can read every error alike."""
         message = "the request is not valid HTTP/1.1 (its request line or a header is malformed)"
         self._answer_and_close(400, message, "invalid_request_error", "invalid_request")
 

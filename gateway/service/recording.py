@@ -57,7 +57,7 @@ def check_record_size(messages: Sequence[Message], limit: int) -> None:
         raise PayloadTooLarge(
             f"messages: this request would add {size} bytes of history that the session "
             f"does not hold yet, past memory.max_record_bytes ({limit}); import a long "
-            "history through the memory API (POST /memory/sessions/{session_id}/import), "
+            "history through the memory API (POST /memory/sessions/{session_id}/messages), "
             "which writes it in batches, then send the new message",
             param="messages",
         )

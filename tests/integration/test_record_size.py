@@ -38,6 +38,7 @@ def test_a_history_past_the_bound_is_a_413_until_imported(
         error = refused.json()["error"]
         assert (error["param"], error["code"]) == ("messages", "payload_too_large")
         assert "memory.max_record_bytes" in error["message"]
+        assert "POST /memory/sessions/{session_id}/messages" in error["message"]  # the import
         assert fake_upstream.chat_requests() == []  # nothing was forwarded
         assert http.get(f"/memory/sessions/{session_id}").status_code == 404  # nor stored
 

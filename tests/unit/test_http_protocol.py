@@ -50,23 +50,13 @@ def server() -> Iterator[ServerThread]:
 
 def exchange(server: ServerThread, pieces: list[bytes]) -> bytes:
     """Sends the pieces as separate writes and reads until the server closes."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with connect(server) as sock:
         for piece in pieces:
             try:
                 sock.sendall(piece)
             except (BrokenPipeError, ConnectionResetError):
                 break
-        received = b""
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            received += chunk
-        return received
+        return read_until_closed(sock)[0]
 
 
 def head(ident: str, size: int = 0, body: int = 0, *, last: bool = True) -> bytes:
