@@ -230,7 +230,7 @@ class MemoryConfig(_Section):
     # requests, ``GET …/receipts``): a few hundred bytes each; 0 keeps none.
     receipts: int = Field(default=10, ge=0, le=100)
     # The sessions' archives a process keeps in memory for recall (``memory.archive``),
-    # least recently used out first: about 1 KB a message.
+    # least recently used out first: about 0.75 KB a message.
     archive_cache_mb: int = Field(default=256, gt=0)
     # Images of messages (docs/images.md): "store" keeps each once per session by its
     # hash and sends it again while its message is in the window; "drop" keeps only a

@@ -40,18 +40,6 @@ def _package_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def single_threaded_blas() -> None:
-    """Recall's products (one archive's vectors by one query) on the calling thread.
-
-    A matrix-vector product over 10,000 messages takes ~0.2 ms on one core; OpenBLAS
-    splits it across every core, and its threads then spin waiting for the next one:
-    the process spent 4x the CPU for the same latency, taken from the requests beside it.
-    """
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=1, user_api="blas")
-
-
 class StaticEmbedder:
     """Text -> vector with wordllama's shipped token embeddings (thread-safe)."""
 

@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from gateway import metrics
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.embedder import StaticEmbedder, single_threaded_blas
+from gateway.embedder import StaticEmbedder
 from gateway.memory.summarizer import Summarizer
 from gateway.proxy.models import UpstreamChatModel, UpstreamEmbeddings
 from gateway.proxy.upstream import Upstream
@@ -96,7 +96,6 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
     vectors = None
     if recall is not None and recall.semantic:
         vectors = StaticEmbedder.load()
-        single_threaded_blas()
     return Clients(
         embedder=embedder,
         vectors=vectors,

@@ -37,8 +37,10 @@ from gateway.memory.model import Message
 
 K = TypeVar("K", bound=Hashable)
 
-# What a message costs the process beyond its text: the Message, its postings and lengths.
+# What a message costs the process beyond its text: the Message, its postings and lengths;
+# and its vector.
 _PER_MESSAGE_BYTES = 400
+_VECTOR_BYTES = vectors.DIM + 4
 
 # Indexing one message is bounded in time and memory whatever its size. A
 # long text is read in pieces of PIECE_CHARS, cut at a space: each is one short hold of
@@ -143,7 +145,10 @@ class Archive:
         self.total_length = 0
         # term -> (positions in ``messages``, term frequency there), in position order.
         self.postings: dict[str, tuple[array[int], array[int]]] = {}
-        self._vectors = np.zeros((16, vectors.DIM), dtype=np.float32)
+        # Per message: its vector's codes and their inverse length (zeros: no vector), in
+        # arrays grown by doubling.
+        self._codes = np.zeros((16, vectors.DIM), dtype=np.int8)
+        self._inverse = np.zeros(16, dtype=np.float32)
         self.nbytes = 0
 
     @property
@@ -152,9 +157,14 @@ class Archive:
         return self.first + len(self.messages) - 1
 
     @property
-    def vectors(self) -> vectors.Matrix:
-        """One unit vector per message (a row of zeros: none)."""
-        return self._vectors[: len(self.messages)]
+    def codes(self) -> vectors.Codes:
+        """One vector per message, as stored (a row of zeros: none)."""
+        return self._codes[: len(self.messages)]
+
+    @property
+    def inverse_lengths(self) -> vectors.Floats:
+        """Each row of ``codes``' inverse length (0: no vector)."""
+        return self._inverse[: len(self.messages)]
 
     def message(self, index: int) -> Message | None:
         position = index - self.first
@@ -177,11 +187,12 @@ class Archive:
             indexed = index_messages(messages)
         start = len(self.messages)
         needed = start + len(messages)
-        if needed > len(self._vectors):
-            grown = np.zeros((max(needed, 2 * len(self._vectors)), vectors.DIM), np.float32)
-            grown[:start] = self._vectors[:start]
-            self._vectors = grown
-        self._vectors[start:needed] = vectors.decode(raw_vectors)
+        if needed > len(self._codes):
+            size = max(needed, 2 * len(self._codes))
+            codes, inverse = np.zeros((size, vectors.DIM), np.int8), np.zeros(size, np.float32)
+            codes[:start], inverse[:start] = self._codes[:start], self._inverse[:start]
+            self._codes, self._inverse = codes, inverse
+        self._codes[start:needed], self._inverse[start:needed] = vectors.decode(raw_vectors)
         for position, (message, index) in enumerate(zip(messages, indexed, strict=True), start):
             for term, tf in index.terms.items():
                 entry = self.postings.get(term)
@@ -194,7 +205,7 @@ class Archive:
             self.days.append(day_of(message.ts))
             self.words.append(index.words)
             self.messages.append(message)
-            self.nbytes += len(message.text) + _PER_MESSAGE_BYTES + 4 * vectors.DIM
+            self.nbytes += len(message.text) + _PER_MESSAGE_BYTES + _VECTOR_BYTES
 
     def truncate(self, count: int) -> None:
         """Forget the messages after index ``count`` (a regenerate replaced them)."""
@@ -203,7 +214,7 @@ class Archive:
             return
         dropped = self.messages[keep:]
         for message in dropped:
-            self.nbytes -= len(message.text) + _PER_MESSAGE_BYTES + 4 * vectors.DIM
+            self.nbytes -= len(message.text) + _PER_MESSAGE_BYTES + _VECTOR_BYTES
         # Only the dropped messages' terms have postings to cut (at their ends); when they
         # hold more text than the archive holds terms, every term is looked at instead.
         touched: set[str] | list[str]
@@ -229,7 +240,8 @@ class Archive:
         del self.lengths[keep:]
         del self.days[keep:]
         del self.words[keep:]
-        self._vectors[keep:] = 0.0
+        self._codes[keep:] = 0
+        self._inverse[keep:] = 0.0
 
 
 class ArchiveCache(Generic[K]):

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gateway.memory import vectors
 from gateway.memory.archive import Archive
 from gateway.memory.model import Message
 from gateway.memory.terms import STOPWORDS, stems, terms, words
-from gateway.memory.vectors import unit
 
 # BM25's term-frequency saturation and length normalisation (flat on REALTALK from
 # k1 0.9 to 2.0 and b 0.3 to 0.9).
@@ -147,7 +147,7 @@ def build_query(
         vector = embed(" ".join(said) if said else new)
         before = embed(" ".join(context)) if follow_up else None
         if before is not None:
-            vector = unit(before * CONTEXT_WEIGHT + (0.0 if vector is None else vector))
+            vector = vectors.unit(before * CONTEXT_WEIGHT + (0.0 if vector is None else vector))
     return Query(weights, vector, named_days(new))
 
 
@@ -241,7 +241,7 @@ def _meaning_score(archive: Archive, query: Query, weights: Weights) -> npt.NDAr
     if query.vector is None or not archive.messages:
         return np.zeros(len(archive.messages), dtype=np.float64)
     # In float32, in place: at 10,000 messages each pass over the scores is a cache miss.
-    cosine = archive.vectors @ query.vector
+    cosine = vectors.cosines(archive.codes, archive.inverse_lengths, query.vector)
     np.maximum(cosine, 0.0, out=cosine)
     spilled = _spill(cosine, weights.neighbour)
     spilled *= 1 / (1 + 2 * weights.neighbour)

@@ -206,5 +206,5 @@ async def test_a_session_recorded_without_vectors_gets_them_where_it_is_read(
     reader = service(store)
     await ask(reader, who, "What was the planning about?")
     held = reader.archives.get(keys)
-    assert held is not None and held.vectors.shape == (120, vectors.DIM)
-    assert (held.vectors.any(axis=1)).all()
+    assert held is not None and held.codes.shape == (120, vectors.DIM)
+    assert (held.codes.any(axis=1)).all()

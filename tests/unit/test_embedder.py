@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-from threadpoolctl import threadpool_info
-
-from gateway.embedder import StaticEmbedder, single_threaded_blas
+from gateway.embedder import StaticEmbedder
 from gateway.memory import vectors
 
 
@@ -19,12 +16,3 @@ def test_loads_from_the_installed_package_and_places_meanings() -> None:
     assert embedder.query("") is None  # no words: no direction
     stored = embedder.encode(["my dog", ""])
     assert len(stored[0]) == vectors.DIM and stored[1] == b""
-
-
-def test_blas_runs_on_the_calling_thread_only() -> None:
-    single_threaded_blas()
-    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
-    assert blas, "numpy's BLAS not found"
-    assert all(pool["num_threads"] == 1 for pool in blas)
-    product = np.ones((4096, 64), np.float32) @ np.ones(64, np.float32)
-    assert product.shape == (4096,) and float(product[0]) == 64.0  # and still computes

@@ -40,7 +40,8 @@ def test_an_archive_holds_its_messages_by_index() -> None:
     assert [m.index for m in archive.tail(1)] == [12]
     assert archive.postings["passport"][0].tolist() == [0]
     assert archive.days.tolist() == [day_of(1_700_000_000), day_of(1_700_003_600)]
-    assert not archive.vectors.any()  # no stored vectors: rows of zeros
+    assert not archive.codes.any()  # no stored vectors: rows of zeros
+    assert not archive.inverse_lengths.any()
 
 
 def test_an_empty_archive_counts_from_its_first_index() -> None:
@@ -55,8 +56,10 @@ def test_growing_past_the_first_allocation_keeps_every_vector() -> None:
     again = Archive("g")
     for i, text in enumerate(texts):  # one at a time, as turns arrive
         again.extend(messages([text], first=i + 1), [vector(i)])
-    assert np.array_equal(archive.vectors, again.vectors)
-    assert archive.vectors.shape == (40, vectors.DIM)
+    assert np.array_equal(archive.codes, again.codes)
+    assert np.array_equal(archive.inverse_lengths, again.inverse_lengths)
+    assert archive.codes.shape == (40, vectors.DIM)
+    assert archive.inverse_lengths.all()
 
 
 @given(st.lists(st.lists(st.sampled_from(WORDS), max_size=6), max_size=25), st.data())
@@ -76,7 +79,8 @@ def test_truncating_is_building_the_shorter_archive(
     }
     assert cut.lengths == fresh.lengths and cut.total_length == fresh.total_length
     assert cut.days == fresh.days and cut.words == fresh.words
-    assert np.array_equal(cut.vectors, fresh.vectors)
+    assert np.array_equal(cut.codes, fresh.codes)
+    assert np.array_equal(cut.inverse_lengths, fresh.inverse_lengths)
     assert cut.nbytes == fresh.nbytes
     cut.extend(messages(["the passport again"], first=keep + 1), [None])  # and it grows again
     assert cut.count == keep + 1

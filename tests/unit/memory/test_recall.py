@@ -134,7 +134,7 @@ def test_meaning_finds_what_shares_no_word() -> None:
     query = Query({"hobbi": 1.0}, query_vector(1, 0))
     hits = rank([Source(archive)], query, limit=3, weights=Weights(neighbour=0.0))
     assert hits[0].index == 1
-    assert archive.vectors.shape == (3, vectors.DIM)
+    assert archive.codes.shape == (3, vectors.DIM)
 
 
 def test_a_message_without_a_vector_is_found_by_its_words() -> None:
@@ -251,14 +251,6 @@ def test_a_short_hit_comes_with_the_message_it_answers() -> None:
     assert lead_in(archive, 1) is None  # the first message answers nothing
     long = archive_of(["question?", "Twice, once in 2019 and once with my sister"])
     assert lead_in(long, 2) is None
-
-
-def test_vectors_keep_their_direction_in_bytes() -> None:
-    vector = np.array([0.5, -2.0, 1.0] + [0.0] * (vectors.DIM - 3), dtype=np.float32)
-    (decoded,) = vectors.decode([vectors.encode(vector)])
-    assert float(decoded @ (vector / np.linalg.norm(vector))) > 0.9999
-    assert vectors.encode(np.zeros(vectors.DIM, dtype=np.float32)) == b""
-    assert not vectors.decode([b"", None, b"short"]).any()  # no vector: rows of zeros
 
 
 # --- the optional /v1/embeddings reranker -------------------------------------------------
