@@ -68,6 +68,10 @@ class EmbeddedRedis:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            # Its own process group: Ctrl-C in a terminal signals the whole foreground
+            # group, and the server would stop at once, before the requests in flight
+            # were recorded. The gateway stops it last (``stop``).
+            start_new_session=True,
         )  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

@@ -39,6 +39,7 @@ class Served:
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # a process group of its own: see ``interrupt``
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -51,15 +52,23 @@ class Served:
             time.sleep(0.1)
         raise AssertionError("serve did not start: " + self.log.read_text())
 
+    def interrupt(self) -> None:
+        """What Ctrl-C in a terminal does: SIGINT to every process of the group."""
+        os.killpg(self.process.pid, signal.SIGINT)
+
     def stop(self, sig: signal.Signals = signal.SIGINT) -> int:
-        """SIGINT (as Ctrl-C) or ``sig``; the exit status."""
+        """SIGINT or ``sig`` to serve's own process; the exit status."""
         self.process.send_signal(sig)
+        return self.wait(sig.name)
+
+    def wait(self, what: str = "SIGINT") -> int:
+        """The exit status, once serve has stopped (at most 20 s)."""
         try:
             return self.process.wait(20)
         except subprocess.TimeoutExpired:
             self.process.kill()  # not left running for the tests after this one
             self.process.wait(10)
-            raise AssertionError(f"serve ignored {sig.name} for 20 s: see {self.log}") from None
+            raise AssertionError(f"serve ignored {what} for 20 s: see {self.log}") from None
 
 
 def worker_process(config: Path, log: Path | None = None) -> subprocess.Popen[bytes]:

@@ -69,6 +69,36 @@ def test_serve_with_embedded_redis_remembers_across_restarts(served: tuple[Path,
         second.stop()
 
 
+def test_ctrl_c_lets_the_turn_in_flight_be_recorded(served: tuple[Path, str]) -> None:
+    """Ctrl-C in a terminal signals the whole process group, the private redis-server
+    too: it must outlive the streamed answer in flight, whose turn is then remembered."""
+    config, upstream_url = served
+    first = Served(config, env={"FAKE_UPSTREAM": upstream_url})
+    body = {"model": "slow-stream", "stream": True, "messages": [
+        {"role": "user", "content": "my island is Crete"},
+    ]}  # fmt: skip
+    headers = {"Authorization": "Bearer sk-cli-test", "X-Session-Id": "cli"}
+    try:
+        with httpx.stream(
+            "POST", first.url + "/v1/chat/completions", json=body, headers=headers, timeout=20
+        ) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")  # streaming (five chunks 0.3 s apart)
+            first.interrupt()
+            rest = list(lines)
+        assert "data: [DONE]" in rest
+    finally:
+        status = first.wait()
+    second = Served(config, env={"FAKE_UPSTREAM": upstream_url})
+    try:
+        assert ask(second.url, "what is my island?") == "Your island is Crete."
+    finally:
+        second.stop()
+    log = first.log.read_text()
+    assert status == 0, log
+    assert "redis-server exited" not in log and "redis unavailable" not in log, log
+
+
 def test_check_config_names_the_bad_key(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("memory:\n  budget_tokens: lots\n  windw: 3\n")
