@@ -10,7 +10,7 @@ again on every later turn, so a shape the upstream would refuse (a content part 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
@@ -212,7 +212,17 @@ def _content_texts(content: Any) -> list[str]:
     ]
 
 
-def _check_media_sizes(i: int, content: list[Any], limit: int) -> None:
+def chat_field(i: int, path: str) -> str:
+    """A message's field as a chat-completions client names it: ``messages.2.content``."""
+    return f"messages.{i}.{path}"
+
+
+# Where a field of a checked message is, in the client's own terms (the Responses API
+# names the input item a message came from).
+FieldName = Callable[[int, str], str]
+
+
+def _check_media_sizes(i: int, content: list[Any], limit: int, where: FieldName) -> None:
     """Refuse an image whose URL is neither http(s) nor data (400), or whose data URL
     holds more than ``limit`` bytes (413): its bytes are not text, and are capped apart
     from it (``max_media_bytes``)."""
@@ -220,7 +230,7 @@ def _check_media_sizes(i: int, content: list[Any], limit: int) -> None:
         if not media.is_image(part):
             continue
         url = media.image_url(part)
-        param = f"messages.{i}.content.{j}.image_url.url"
+        param = where(i, f"content.{j}.image_url.url")
         if not media.is_acceptable_url(url):
             # A file:, gopher: or internal URL would be stored and sent upstream again
             # on every turn: an upstream that fetches image URLs would fetch it.
@@ -236,10 +246,13 @@ def _check_media_sizes(i: int, content: list[Any], limit: int) -> None:
             )
 
 
-def check_message_sizes(messages: Sequence[Any], limits: MessageLimits) -> None:
+def check_message_sizes(
+    messages: Sequence[Any], limits: MessageLimits, where: FieldName = chat_field
+) -> None:
     """Refuse a message whose text (what is tokenized and indexed: its content, and its
     tool calls' names and arguments) is over ``max_message_bytes``, or one of whose
-    images is over ``max_media_bytes`` (413)."""
+    images is over ``max_media_bytes`` (413), or has a URL no upstream should fetch (400).
+    ``where`` names the offending field."""
     limit = limits.max_message_bytes
     quarter = limit // 4
     for i, message in enumerate(messages):
@@ -247,19 +260,19 @@ def check_message_sizes(messages: Sequence[Any], limits: MessageLimits) -> None:
             continue
         text = message.get("content")
         if isinstance(text, list):
-            _check_media_sizes(i, text, limits.max_media_bytes)
+            _check_media_sizes(i, text, limits.max_media_bytes, where)
         if isinstance(text, str) and len(text) <= quarter and not message.get("tool_calls"):
             continue  # (nearly every message: far below the cap in any encoding)
         content = _content_texts(text)
         calls = call_texts(message.get("tool_calls"))
         if _utf8_over(content, limit):
-            param = f"messages.{i}.content"
+            param = where(i, "content")
         elif calls and _utf8_over(content + calls, limit):
-            param = f"messages.{i}.tool_calls"
+            param = where(i, "tool_calls")
         else:
             continue
         raise PayloadTooLarge(
-            f"{param}: message {i} is larger than the {limit}-byte limit on one message",
+            f"{param}: the message is larger than the {limit}-byte limit on one message",
             param=param,
         )
 

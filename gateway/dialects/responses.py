@@ -36,7 +36,7 @@ from gateway.dialects.responses_items import (
     messages_from_input,
 )
 from gateway.dialects.responses_watch import ResponsesWatch, chat_usage
-from gateway.errors import InvalidRequest, PayloadTooLarge
+from gateway.errors import InvalidRequest
 from gateway.memory.model import Message
 
 # Fields that make the upstream add a conversation it holds to the context.
@@ -95,19 +95,16 @@ def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesReque
     converted = messages_from_input(items)
     if not converted.messages:
         raise InvalidRequest("input must hold at least one message", param="input")
-    for message in converted.messages:
+    for n, message in enumerate(converted.messages):
         # What is stored is held to the chat proxy's rules: a shape that passes here may
         # be sent again, through either API, on every later turn.
         try:
             MessageShape.model_validate(message.to_openai())
         except ValidationError as error:
             problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
-            raise InvalidRequest(f"input: {problem}", param="input") from None
-    try:
-        check_message_sizes([m.to_openai() for m in converted.messages], limits)
-    except PayloadTooLarge as error:
-        # Named in chat terms (the input's messages as memory keeps them, 0-based).
-        raise PayloadTooLarge(f"input: {error}", param="input") from None
+            param = converted.item(n)
+            raise InvalidRequest(f"{param}: {problem}", param=param) from None
+    check_message_sizes([m.to_openai() for m in converted.messages], limits, converted.field)
     try:
         check_tool_results(converted.messages, None)
     except InvalidRequest:

@@ -46,6 +46,21 @@ class Converted:
     messages: tuple[Message, ...]
     # (anchor, items): the items go right before the anchored message; None: at the end.
     passengers: tuple[tuple[Anchor | None, tuple[dict[str, Any], ...]], ...] = ()
+    # The input item each message was made from (the first, for function calls joined
+    # to the assistant message before them): errors name the client's own item.
+    origins: tuple[int, ...] = ()
+
+    def item(self, i: int) -> str:
+        """Where message ``i`` came from: its input item (``input`` for a string)."""
+        return f"input.{self.origins[i]}" if i < len(self.origins) else "input"
+
+    def field(self, i: int, path: str) -> str:
+        """Message ``i``'s field ``path`` (chat terms) as its input item's: an image URL
+        is the part's ``image_url`` string, not an object's ``url``."""
+        if path.endswith("image_url.url"):
+            path = path.removesuffix(".url")
+        item = self.item(i)
+        return f"{item}.{path}" if item != "input" else item
 
 
 def _invalid(param: str, message: str) -> InvalidRequest:
@@ -179,6 +194,7 @@ def messages_from_input(value: Any) -> Converted:
     if not isinstance(value, list):
         raise _invalid("input", "must be a string or an array of input items")
     messages: list[Message] = []
+    origins: list[int] = []
     waiting: list[dict[str, Any]] = []  # passengers not yet anchored
     anchored: list[tuple[int, tuple[dict[str, Any], ...]]] = []
     joinable = False  # the last message is an assistant's a call may join
@@ -200,9 +216,11 @@ def messages_from_input(value: Any) -> Converted:
                 messages[-1] = Message(role="assistant", content=last.content, tool_calls=calls)
             else:
                 messages.append(Message(role="assistant", content=None, tool_calls=(call,)))
+                origins.append(i)
             joinable = True
         elif kind == "function_call_output":
             messages.append(_output(item, at))
+            origins.append(i)
             joinable = False
         else:
             role = item.get("role")
@@ -210,6 +228,7 @@ def messages_from_input(value: Any) -> Converted:
                 raise _invalid(f"{at}.role", f"must be one of {', '.join(sorted(MESSAGE_ROLES))}")
             content = _chat_content(item.get("content"), role, f"{at}.content")
             messages.append(Message(role=role, content=content))
+            origins.append(i)
             joinable = role == "assistant"
         if waiting:
             anchored.append((len(messages) - 1, tuple(waiting)))
@@ -219,7 +238,7 @@ def messages_from_input(value: Any) -> Converted:
     ]
     if waiting:
         passengers.append((None, tuple(waiting)))
-    return Converted(tuple(messages), tuple(passengers))
+    return Converted(tuple(messages), tuple(passengers), tuple(origins))
 
 
 def _response_part(part: Any, role: str) -> Any:

@@ -64,7 +64,17 @@ def test_the_forwarded_body_keeps_every_field_but_the_upstream_history() -> None
         ({"model": "m", "input": "x" * 3000}, PayloadTooLarge, "input"),
         # A part chat would refuse to store (its image_url is no object).
         ({"model": "m", "input": [{"role": "user", "content": [
-            {"type": "input_audio", "image_url": "u"}]}]}, InvalidRequest, "input"),
+            {"type": "input_audio", "image_url": "u"}]}]}, InvalidRequest, "input.0"),
+        # Fields named as the client sent them: the item (after one only forwarded), the
+        # part, and an input_image's image_url string.
+        ({"model": "m", "input": [{"type": "reasoning", "summary": []},
+                                  {"role": "user", "content": [
+                                      {"type": "input_text", "text": "look"},
+                                      {"type": "input_image", "image_url": "file:///etc/passwd"},
+                                  ]}]}, InvalidRequest, "input.1.content.1.image_url"),
+        ({"model": "m", "input": [{"role": "user", "content": "x"},
+                                  {"role": "assistant", "content": "y" * 3000}]},
+         PayloadTooLarge, "input.1.content"),
         ({"model": "m", "input": [{"role": "user", "content": "x"},
                                   {"type": "function_call_output", "call_id": "c",
                                    "output": "o"}]}, InvalidRequest, "input"),
