@@ -16,11 +16,13 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
+
+import Stemmer
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "commonsense"}
 DATE_FORMAT = "%d.%m.%Y, %H:%M:%S"  # "29.12.2023, 22:42:04": day.month.year
@@ -227,12 +229,28 @@ def terms(text: str) -> list[str]:
     return [word for word in _WORD.findall(text.lower()) if word not in STOPWORDS]
 
 
-class BM25:
-    """Plain Okapi BM25 (k1 1.2, b 0.75) over a fixed list of documents."""
+def stemmed_terms(text: str) -> list[str]:
+    """``terms``, Snowball-stemmed ("cooking" and "cooked" are "cook")."""
+    stemmed: list[str] = _STEMMER.stemWords(terms(text))
+    return stemmed
 
-    def __init__(self, documents: Sequence[str], k1: float = 1.2, b: float = 0.75) -> None:
-        self.k1, self.b = k1, b
-        counts = [Counter(terms(d)) for d in documents]
+
+_STEMMER = Stemmer.Stemmer("english")
+
+
+class BM25:
+    """Plain Okapi BM25 (k1 1.2, b 0.75) over a fixed list of documents; ``split`` makes
+    the terms of a document and of a query."""
+
+    def __init__(
+        self,
+        documents: Sequence[str],
+        k1: float = 1.2,
+        b: float = 0.75,
+        split: Callable[[str], list[str]] = terms,
+    ) -> None:
+        self.k1, self.b, self.split = k1, b, split
+        counts = [Counter(split(d)) for d in documents]
         lengths = [sum(c.values()) for c in counts]
         average = sum(lengths) / len(lengths) if lengths else 0.0
         # term -> [(document, its weight of the term without the idf)]
@@ -250,7 +268,7 @@ class BM25:
     def rank(self, query: str) -> list[int]:
         """Indexes of the documents sharing a term with the query, best first (ties: newer)."""
         scores: dict[int, float] = {}
-        for term in set(terms(query)):
+        for term in set(self.split(query)):
             for i, weight in self.postings.get(term, ()):
                 scores[i] = scores.get(i, 0.0) + self.idf[term] * weight
         return sorted(scores, key=lambda i: (-scores[i], -i))

@@ -711,7 +711,8 @@ def log(text: str) -> None:
 # --- REALTALK: real conversations (--dataset realtalk) ---------------------------------
 
 BM25_WINDOW = "BM25 + window"
-BM25_NEWEST = 8  # the newest messages the naive recall baseline always sends
+BM25_FILLED = "BM25 stemmed, neighbours, filled"
+BM25_NEWEST = 8  # the newest messages the BM25 baselines always send
 
 
 @dataclass
@@ -885,10 +886,11 @@ def _ask_gateway(client: httpx.Client, model: str, session: str, question: str) 
 def realtalk_baselines(
     conversations: Sequence[realtalk.RealConversation], args: argparse.Namespace
 ) -> list[RealRow]:
-    """Full history, sliding window and naive BM25 + window, built in-process."""
+    """Full history, sliding window and the two BM25 baselines, built in-process."""
     started = time.monotonic()
     counter = TokenCounter()
-    rows = {name: RealRow(name) for name in (FULL_HISTORY, SLIDING_WINDOW, BM25_WINDOW)}
+    names = (FULL_HISTORY, SLIDING_WINDOW, BM25_WINDOW, BM25_FILLED)
+    rows = {name: RealRow(name) for name in names}
     for conversation in conversations:
         history = [{"role": m.role, "content": m.text} for m in conversation.messages]
         costs = [message_tokens(m, counter, args.model) for m in history]
@@ -896,6 +898,7 @@ def realtalk_baselines(
         newest = history[-BM25_NEWEST:]
         older = history[: len(history) - len(newest)]
         index = realtalk.BM25([m["content"] for m in older])
+        stemmed = realtalk.BM25([m["content"] for m in older], split=realtalk.stemmed_terms)
         lines = [f"{m['role']}: {m['content']}\n" for m in older]
         line_costs = [counter.count_text(line, args.model) for line in lines]
         for question in conversation.scored:
@@ -920,6 +923,13 @@ def realtalk_baselines(
                 rows[BM25_WINDOW].results.append(
                     score_question(conversation, question, budget, text, tokens)
                 )
+                text, tokens = _bm25_context(
+                    stemmed, lines, line_costs, question.question, budget, asked, newest, counter,
+                    args.model, neighbours=True,
+                )  # fmt: skip
+                rows[BM25_FILLED].results.append(
+                    score_question(conversation, question, budget, text, tokens)
+                )
     for row in rows.values():
         row.seconds = time.monotonic() - started
     log(f"baselines: done in {time.monotonic() - started:.1f} s")
@@ -936,22 +946,32 @@ def _bm25_context(
     newest: Sequence[dict[str, str]],
     counter: TokenCounter,
     model: str,
+    *,
+    neighbours: bool = False,
 ) -> tuple[str, int]:
-    """The naive recall baseline: the newest messages always, then older ones by BM25.
+    """A BM25 recall baseline: the newest messages always, then older ones by BM25.
 
-    Older messages are added best first while they fit the budget (it stops at the first
-    that does not), and sent as one system message of "role: text" lines in conversation
-    order. A line ends with its line break and the next starts with a letter, so the
-    block's tokens are the sum of its lines' (tiktoken never merges across that point).
+    Naive (the default): older messages are added best first while they fit the budget;
+    it stops at the first that does not. With ``neighbours``, each hit comes with the
+    message before and after it (what it answered, the answer it got), and a hit that
+    does not fit is skipped for the next: the budget is filled. Either way they are sent
+    as one system message of "role: text" lines in conversation order. A line ends with
+    its line break and the next starts with a letter, so the block's tokens are the sum of
+    its lines' (tiktoken never merges across that point).
     """
     total = asked + sum(message_tokens(m, counter, model) for m in newest)
-    chosen: list[int] = []
+    chosen: set[int] = set()
     memory = TOKENS_PER_MESSAGE
     for i in index.rank(question):
-        if total + memory + line_costs[i] > budget:
+        around = (i - 1, i, i + 1) if neighbours else (i,)
+        taken = [j for j in around if 0 <= j < len(lines) and j not in chosen]
+        cost = sum(line_costs[j] for j in taken)
+        if total + memory + cost > budget:
+            if neighbours:
+                continue
             break
-        chosen.append(i)
-        memory += line_costs[i]
+        chosen.update(taken)
+        memory += cost
     block = "".join(lines[i] for i in sorted(chosen))
     if chosen:
         total += memory
