@@ -78,7 +78,7 @@ class Operation:
     summary: str
     answer: type[BaseModel] | None  # None: 204, no body
     errors: tuple[str, ...]
-    body: type[BaseModel] | None = None
+    body: type[BaseModel] | Schema | None = None  # a model, or a schema as it is
     status: str = "200"
     parameters: tuple[Schema, ...] = ()
     markdown: bool = False  # also answers text/markdown (?format=markdown)
@@ -99,8 +99,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Import messages as if they had been exchanged", s.Imported, ("413", "429", *_ANY),
         body=s.ImportBody, parameters=(_USER_HEADER,)),
     (_SESSION + "/context", "post"): Operation(
-        "The context a chat request would forward; nothing recorded", s.ContextPreview,
-        ("413", *_ANY), body=ChatCompletionRequest, parameters=(_USER_HEADER,)),
+        "The context a chat or Responses request would forward (messages or input); "
+        "nothing recorded", s.ContextPreview, ("413", *_ANY),
+        body={"anyOf": [{"$ref": "#/components/schemas/ChatCompletionRequest"},
+                        {"$ref": "#/components/schemas/ResponsesRequest"}]},
+        parameters=(_USER_HEADER,)),
     (_SESSION + "/flush", "post"): Operation(
         "Run the session's pending jobs now", s.Flushed, ("404", *_ANY)),
     (_SESSION + "/pins", "get"): Operation(
@@ -179,7 +182,9 @@ def _ref(name: str) -> Schema:
 
 def _components() -> tuple[dict[type[Any], Schema], dict[str, Schema]]:
     """Each model's reference, and every schema they need (their fields' models too)."""
-    models = {op.answer for op in OPERATIONS.values()} | {op.body for op in OPERATIONS.values()}
+    models = {op.answer for op in OPERATIONS.values()} | {
+        op.body for op in OPERATIONS.values() if isinstance(op.body, type)
+    }
     wanted = [m for m in models if m is not None] + [ChatCompletionRequest, s.Error]
     pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "validation") for m in wanted]
     refs, defs = models_json_schema(
@@ -214,7 +219,9 @@ def _operation(path: str, op: Operation, refs: dict[type[Any], Schema]) -> Schem
             content["text/markdown"] = {"schema": {"type": "string"}}
         answer = {op.status: {"description": "OK", "content": content}}
     out: Schema = {"summary": op.summary, "parameters": parameters}
-    if op.body is not None:
+    if isinstance(op.body, dict):
+        out["requestBody"] = _json_body(op.body)
+    elif op.body is not None:
         out["requestBody"] = _json_body(refs[op.body])
     out["responses"] = {**answer, **_errors(op.errors)}
     return out

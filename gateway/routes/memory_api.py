@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from gateway import offload
+from gateway import codec, offload
 from gateway.auth import Authenticator, Caller
 from gateway.chat_request import (
     DEFAULT_LIMITS,
@@ -24,14 +24,16 @@ from gateway.chat_request import (
     check_raw_message_count,
     check_tool_results,
     check_turn_tool_results,
-    parse_chat_request_off_loop,
+    parse_chat_request,
     parse_json,
     validation_error,
 )
+from gateway.dialects import Dialect, ProxiedRequest
+from gateway.dialects.chat import CHAT
+from gateway.dialects.responses import RESPONSES, parse_responses_request
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.identity import Identity, MemoryMode, check_id, header_id
 from gateway.memory.model import Message
-from gateway.memory.model_budget import requested_output
 from gateway.operations import SessionOperations
 from gateway.routes.relay import read_body
 from gateway.routes.schemas import ImportBody, PinBody, PinEditBody
@@ -66,6 +68,17 @@ def parse_body(model: type[BaseModel], raw: bytes) -> tuple[Any, Any]:
         return model.model_validate(data), data
     except ValidationError as error:
         raise validation_error(data, error) from None
+
+
+def _parse_either(raw: bytes, limits: MessageLimits) -> tuple[Dialect, ProxiedRequest]:
+    """A chat-completions body, or a Responses API one (``input`` and no ``messages``)."""
+    try:
+        body = codec.loads(raw)
+    except ValueError:
+        body = None  # the chat parser names the problem
+    if isinstance(body, dict) and "input" in body and "messages" not in body:
+        return RESPONSES, parse_responses_request(raw, limits)
+    return CHAT, parse_chat_request(raw, limits)
 
 
 def _limit(request: Request, default: int = 50, most: int = 1000) -> int:
@@ -165,19 +178,24 @@ class MemoryAPI:
         )
 
     async def context(self, request: Request) -> Response:
+        """What the proxy would forward for this body, recording nothing: ``messages`` for
+        a chat-completions body, ``input`` for a Responses API one."""
         keys = await self._keys(request)
         raw = await read_body(request, self.max_body_bytes)
-        chat = await parse_chat_request_off_loop(raw, self.limits)
+        dialect, parsed = await offload.sized(len(raw), _parse_either, raw, self.limits)
         # As the proxy would see it.
         user_id = (await self._caller(request)).user_id(header_id(request.headers, "X-User-Id"))
         identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)
         turn = await self.memory.prepare(
-            identity, chat.messages, chat.model, requested_output=requested_output(chat.body)
+            identity,
+            parsed.messages,
+            parsed.model,
+            requested_output=dialect.requested_output(parsed.body),
         )
-        check_turn_tool_results(chat.messages, turn.plan.new, turn.plan.prior)
-        return JSONResponse(
-            {"messages": turn.context.openai_messages(), "receipt": turn.context.receipt.to_json()}
-        )
+        check_turn_tool_results(parsed.messages, turn.plan.new, turn.plan.prior)
+        field = "input" if dialect is RESPONSES else "messages"
+        forwarded = codec.loads(parsed.forwarded(turn.context.openai_messages()))
+        return JSONResponse({field: forwarded[field], "receipt": turn.context.receipt.to_json()})
 
     async def flush(self, request: Request) -> Response:
         ran, pending = await self.ops.flush(await self._keys(request))

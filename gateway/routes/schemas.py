@@ -221,7 +221,11 @@ class Imported(_Closed):
 
 
 class ContextPreview(_Closed):
-    messages: list[dict[str, Any]]
+    """What would be forwarded: ``messages`` for a chat body, ``input`` for a Responses
+    API one."""
+
+    messages: list[dict[str, Any]] | None = None
+    input: list[dict[str, Any]] | None = None
     receipt: dict[str, Any]
 
 

@@ -102,6 +102,7 @@ def test_every_memory_api_answer_matches_its_model(
     assert any(m.get("timestamp") for m in state["window"])
     body = {"model": "fake-model", "messages": [{"role": "user", "content": "and now?"}]}
     api.call("post", SESSION + "/context", json=body)
+    api.call("post", SESSION + "/context", json={"model": "fake-model", "input": "and now?"})
     assert api.call("get", SESSION + "/receipts")["receipts"]
     assert api.call("get", "/memory/sessions")["sessions"]
     api.call("get", SESSION + "/export")

@@ -513,3 +513,41 @@ def test_an_input_image_is_remembered_and_sent_back_as_an_input_image(
         {"type": "input_text", "text": "look"},
         {"type": "input_image", "image_url": url, "detail": "low"},
     ]
+
+
+def test_the_context_preview_takes_a_responses_body_and_answers_in_its_terms(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    api_key: str,
+    session_id: str,
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    client.responses.create(model="fake-model", input="my city is Lyon")
+    sent = len(fake_upstream.responses_requests())
+    preview = {
+        "model": "fake-model",
+        "instructions": "Answer briefly.",
+        "previous_response_id": "resp_123",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "my city?"}]}],
+    }
+    headers = {"Authorization": f"Bearer {api_key}"}
+    url = f"{gateway.url}/memory/sessions/{session_id}/context"
+    answer = httpx.post(url, json=preview, headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert "messages" not in body and body["receipt"]["total_tokens"] > 0
+    # Exactly the items the proxy would forward: the remembered turn, then the new one.
+    assert forwarded_texts({"input": body["input"]})[-3:] == [
+        "my city is Lyon",
+        "ack: my city is Lyon",
+        "my city?",
+    ]
+    assert all(item.get("type") == "message" for item in body["input"])
+    assert len(fake_upstream.responses_requests()) == sent  # a preview forwards nothing
+    # A bad item is named as the client sent it.
+    preview["input"] = [
+        {"role": "user", "content": [{"type": "input_image", "image_url": "file:///x"}]}
+    ]
+    refused = httpx.post(url, json=preview, headers=headers, timeout=10)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "input.0.content.0.image_url"
