@@ -99,7 +99,8 @@ def _call_item(item_id: str, call: dict[str, Any], status: str = "completed") ->
 
 
 def refusal(body: dict[str, Any], messages: list[dict[str, Any]]) -> Response | None:
-    """The error answers: a model that fails, an input with nothing to answer."""
+    """The error answers: a model that fails, an input with nothing to answer, a
+    ``function_call`` without its ``function_call_output`` (as OpenAI refuses it)."""
     if body.get("model") == "error-500":
         error = {"message": "upstream exploded", "type": "server_error", "param": None,
                  "code": None}  # fmt: skip
@@ -108,6 +109,13 @@ def refusal(body: dict[str, Any], messages: list[dict[str, Any]]) -> Response | 
         error = {"message": "input: nothing to answer", "type": "invalid_request_error",
                  "param": "input", "code": None}  # fmt: skip
         return JSONResponse({"error": error}, status_code=400)
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    for item in items:
+        if item.get("type") == "function_call" and item.get("call_id") not in answered:
+            error = {"message": f"No tool output found for function call {item.get('call_id')}.",
+                     "type": "invalid_request_error", "param": "input", "code": None}  # fmt: skip
+            return JSONResponse({"error": error}, status_code=400)
     return None
 
 

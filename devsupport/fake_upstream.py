@@ -328,6 +328,17 @@ class FakeUpstream:
         """The response for one chat call; ``call.finished`` once it holds the whole answer."""
         model = call.model
         messages = body["messages"]
+        unanswered = unanswered_calls(messages)
+        if unanswered:
+            call.finished = True
+            message = (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(unanswered)}"
+            )
+            error = {"message": message, "type": "invalid_request_error",
+                     "param": "messages", "code": None}  # fmt: skip
+            return JSONResponse({"error": error}, status_code=400)
         if model == "error-html":
             call.finished = True
             html = "<html><body><h1>503 Service Unavailable</h1></body></html>"
@@ -542,6 +553,22 @@ def _text(message: dict[str, Any]) -> str:
     if isinstance(content, list):
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content or ""
+
+
+def unanswered_calls(messages: list[dict[str, Any]]) -> list[str]:
+    """The tool call ids of assistant messages that the tool messages right after them
+    do not answer: OpenAI refuses such a conversation."""
+    missing: list[str] = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant" or not message.get("tool_calls"):
+            continue
+        answered = set()
+        for after in messages[i + 1 :]:
+            if after.get("role") != "tool":
+                break
+            answered.add(after.get("tool_call_id"))
+        missing += [c.get("id") for c in message["tool_calls"] if c.get("id") not in answered]
+    return missing
 
 
 def reply_to(

@@ -44,7 +44,11 @@ from gateway.memory.block import (
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.model import Message, Pin, Tiers
 from gateway.memory.reconcile import Reconciled
-from gateway.memory.tiers.window import newest_groups, newest_unit_list
+from gateway.memory.tiers.window import (
+    newest_groups,
+    newest_unit_list,
+    without_unanswered_calls,
+)
 from gateway.presets import Composition, TierName
 
 Unit = tuple[Message, ...]
@@ -139,7 +143,12 @@ def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> li
         # the window's limits, even when a summary already covers it (the upstream
         # rejects results without their call).
         units = [next(newest_groups(turn.prior))]
-    return units
+    later = frozenset(m.tool_call_id for m in turn.new if m.role == "tool" and m.tool_call_id)
+    answered = (
+        without_unanswered_calls(unit, later if n == 0 else frozenset())
+        for n, unit in enumerate(units)
+    )
+    return [unit for unit in answered if unit]
 
 
 # Tiers that give a conversation's gist, which leave ``RecallTier.reserve`` to recall.

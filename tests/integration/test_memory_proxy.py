@@ -220,6 +220,39 @@ def test_tool_calls_and_results_are_recorded_and_forwarded_together(
     assert log[1]["tool_calls"][0]["id"] == "call_1" and log[2]["tool_call_id"] == "call_1"
 
 
+def test_a_tool_call_the_app_never_ran_does_not_break_the_next_turns(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    """The model asks for a tool, the user moves on: the call stays in memory, but it is
+    not sent again without a result (OpenAI refuses that, at every later turn)."""
+    client = sdk(gateway, api_key, session_id)
+    asked = client.chat.completions.create(
+        model="tool-caller", messages=[{"role": "user", "content": "weather in Paris?"}]
+    )
+    assert asked.choices[0].message.tool_calls
+    for text in ("never mind, my city is Lyon", "what is my city?"):
+        answer = client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": text}]
+        )
+    assert answer.choices[0].message.content == "Your city is Lyon."
+    forwarded = fake_upstream.last_messages()
+    assert not any(m.get("tool_calls") for m in forwarded)
+    assert [m["content"] for m in forwarded if m["role"] == "user"][-3:] == [
+        "weather in Paris?",
+        "never mind, my city is Lyon",
+        "what is my city?",
+    ]
+    log = stored_log(redis_server, api_key, session_id)
+    assert log[1]["tool_calls"][0]["id"] == "call_1"  # memory keeps what the model did
+
+
+REFUSAL = "I can't help with that."
+
+
 def test_tenants_are_isolated_under_the_same_session_id(
     gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:

@@ -551,3 +551,16 @@ def test_the_context_preview_takes_a_responses_body_and_answers_in_its_terms(
     refused = httpx.post(url, json=preview, headers=headers, timeout=10)
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "input.0.content.0.image_url"
+
+
+def test_a_function_call_never_answered_does_not_break_the_next_turns(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    client = sdk(gateway, api_key, session_id)
+    called = client.responses.create(model="tool-caller", input="weather in Paris?")
+    assert [item.type for item in called.output] == ["function_call"]
+    client.responses.create(model="fake-model", input="never mind, my city is Lyon")
+    answer = client.responses.create(model="fake-model", input="what is my city?")
+    assert answer.output_text == "Your city is Lyon."
+    forwarded = last_forwarded(fake_upstream)
+    assert not [item for item in forwarded["input"] if item.get("type") == "function_call"]

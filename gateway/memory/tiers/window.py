@@ -7,6 +7,7 @@ the request, so the window takes or drops such a unit whole.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 from gateway.memory.model import Message
@@ -60,3 +61,27 @@ def newest_unit_list(
     while chosen and chosen[-1][0].role == "tool":
         chosen.pop()
     return chosen
+
+
+def without_unanswered_calls(
+    unit: tuple[Message, ...], answered_later: frozenset[str] = frozenset()
+) -> tuple[Message, ...]:
+    """The unit, its assistant's tool calls that no result answers taken out.
+
+    A model's calls the application never ran (the user moved on, the app dropped them)
+    are stored as they were made. Sent again without their results, every later request
+    would be refused ("tool_call_ids did not have response messages"): the session would
+    fail at every turn. So a call is forwarded only with its result, in the unit or among
+    the request's new messages (``answered_later``, for the newest unit); an assistant
+    message left with neither calls nor text is not forwarded at all.
+    """
+    head = unit[0] if unit else None
+    if head is None or head.role != "assistant" or not head.tool_calls:
+        return unit
+    answered = answered_later | {m.tool_call_id for m in unit[1:] if m.tool_call_id}
+    kept = tuple(call for call in head.tool_calls if str(call.get("id")) in answered)
+    if len(kept) == len(head.tool_calls):
+        return unit
+    if not kept and not head.text:
+        return unit[1:]
+    return (dataclasses.replace(head, tool_calls=kept or None), *unit[1:])

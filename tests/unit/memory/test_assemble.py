@@ -463,9 +463,11 @@ def test_new_tool_results_keep_their_call_whatever_the_window(window_tier: Windo
 
 
 def test_new_user_message_does_not_keep_a_pending_call() -> None:
+    # The call was never answered: not forwarded (it would be refused), and it takes no
+    # room from the messages before it.
     call = a(2, 40, calls=("c1",))
     context = run(turn((u(1), call)), WINDOW_ONLY, budget=FIXED + 39)
-    assert context.messages == (SYSTEM, NEW)
+    assert context.messages == (SYSTEM, u(1), NEW)
 
 
 # --- what gives way: the priority ----------------------------------------------------------

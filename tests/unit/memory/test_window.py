@@ -10,7 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.memory.model import Message
-from gateway.memory.tiers.window import newest_groups, newest_unit_list
+from gateway.memory.tiers.window import (
+    newest_groups,
+    newest_unit_list,
+    without_unanswered_calls,
+)
 
 
 def newest_units(
@@ -247,3 +251,26 @@ def _message(role: str, n: int) -> Message:
     if role == "tool":
         return t(n, f"c{n - 1}")
     return Message(role=role, content=f"m{n}", index=n)
+
+
+def calls_of(unit: tuple[Message, ...]) -> list[str]:
+    return [str(c["id"]) for m in unit for c in m.tool_calls or ()]
+
+
+def test_a_call_is_forwarded_only_with_its_result() -> None:
+    answered = (a(2, calls=("c1", "c2")), t(3, "c1"), t(4, "c2"))
+    assert without_unanswered_calls(answered) == answered
+    assert without_unanswered_calls((u(1),)) == (u(1),)
+    # The user moved on: the calls were never run.
+    unit = without_unanswered_calls((a(2, calls=("c1", "c2")),))
+    assert idx(unit) == [2] and calls_of(unit) == [] and unit[0].text == "a2"
+    silent = Message(
+        role="assistant", content=None, index=5, tool_calls=a(5, calls=("c9",)).tool_calls
+    )
+    assert without_unanswered_calls((silent,)) == ()  # nothing left to forward
+    # One of two parallel calls answered: only that one goes with its result.
+    unit = without_unanswered_calls((a(2, calls=("c1", "c2")), t(3, "c2")))
+    assert idx(unit) == [2, 3] and calls_of(unit) == ["c2"]
+    # Results among the request's new messages answer the newest unit's calls.
+    pending = (a(2, calls=("c1",)),)
+    assert without_unanswered_calls(pending, frozenset({"c1"})) == pending
