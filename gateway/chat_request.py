@@ -24,8 +24,9 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from gateway import codec, media, offload
 from gateway.errors import InvalidRequest, PayloadTooLarge
@@ -76,6 +77,17 @@ class _ToolCallShape(BaseModel):
     function: _FunctionShape | None = None
 
 
+def _field_error(model: str, field: str, message: str) -> ValidationError:
+    """An error a model validator places at one of its fields: its own would name the
+    whole message (``messages.2``) where the problem is the field (``messages.2.content``).
+    Typed ``missing`` so that ``_param`` names the field even where the client left it out.
+    """
+    problem = InitErrorDetails(
+        type=PydanticCustomError("missing", message), loc=(field,), input=None
+    )
+    return ValidationError.from_exception_data(model, [problem])
+
+
 class MessageShape(BaseModel):
     """One message as the gateway may store it (the chat proxy and the memory API's import)."""
 
@@ -87,6 +99,27 @@ class MessageShape(BaseModel):
     tool_calls: list[_ToolCallShape] | None = None
     tool_call_id: StrictStr | None = None
     name: StrictStr | None = None
+    # A refused answer as OpenAI's SDK keeps it, beside content null: stored as a refusal
+    # part of an assistant's content (``Message.from_openai``).
+    refusal: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _check_assistant_says_something(self) -> MessageShape:
+        # An assistant message with nothing in it would be stored and sent again on every
+        # later turn, and OpenAI refuses one (content is required without tool_calls):
+        # every later turn of the session would fail.
+        if (
+            self.role == "assistant"
+            and self.content is None
+            and not self.tool_calls
+            and self.refusal is None
+        ):
+            raise _field_error(
+                type(self).__name__,
+                "content",
+                "required for assistant messages without tool_calls or a refusal",
+            )
+        return self
 
     @field_validator("content")
     @classmethod
@@ -261,9 +294,17 @@ def check_message_sizes(
         text = message.get("content")
         if isinstance(text, list):
             _check_media_sizes(i, text, limits.max_media_bytes, where)
-        if isinstance(text, str) and len(text) <= quarter and not message.get("tool_calls"):
+        refusal = message.get("refusal")
+        if (
+            isinstance(text, str)
+            and len(text) <= quarter
+            and not message.get("tool_calls")
+            and not refusal
+        ):
             continue  # (nearly every message: far below the cap in any encoding)
         content = _content_texts(text)
+        if isinstance(refusal, str):
+            content.append(refusal)  # stored as a refusal part of the content
         calls = call_texts(message.get("tool_calls"))
         if _utf8_over(content, limit):
             param = where(i, "content")

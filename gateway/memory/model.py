@@ -51,6 +51,29 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
+def with_refusal(content: Any, refusal: Any) -> Any:
+    """An assistant's content with its ``refusal`` (the field OpenAI's SDK keeps beside
+    ``content``) made a refusal part after any text.
+
+    A client appends a refused answer to its history as returned: content null and the
+    refusal beside it. Stored without the refusal, it is an assistant message with
+    nothing in it, which OpenAI refuses on every later turn; a refusal part is content
+    the chat API takes on an assistant message. Its text (``content_text``) is the
+    refusal, as the upstream's own refused answer is stored (``proxy.accumulate``), so a
+    resent history matches the stored log.
+    """
+    if not isinstance(refusal, str):
+        return content
+    part = {"type": "refusal", "refusal": refusal}
+    if content is None or content == "":
+        return [part]
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}, part]
+    if isinstance(content, list):
+        return [*content, part]
+    return content  # (not a content the request validation lets through)
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat message; ``index`` is its 1-based place in the session (0: not stored yet)."""
@@ -67,9 +90,12 @@ class Message:
     @classmethod
     def from_openai(cls, data: dict[str, Any]) -> Message:
         tool_calls = data.get("tool_calls")
+        content = data.get("content")
+        if data["role"] == "assistant":
+            content = with_refusal(content, data.get("refusal"))
         return cls(
             role=data["role"],
-            content=data.get("content"),
+            content=content,
             tool_calls=tuple(tool_calls) if tool_calls else None,
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),

@@ -135,8 +135,9 @@ def message_from_completion(body: Any) -> Message | None:
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         calls = [call for call in calls if isinstance(call, dict)]
-    return Message(
-        role="assistant",
-        content=content,
-        tool_calls=tuple(calls) if isinstance(calls, list) and calls else None,
-    )
+    kept = tuple(calls) if isinstance(calls, list) and calls else None
+    if content is None and kept is None:
+        # An empty answer is kept as "" (as a streamed one is): an assistant message
+        # with neither content nor calls, sent again, is refused at every later turn.
+        content = ""
+    return Message(role="assistant", content=content, tool_calls=kept)

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread, running_redis
 from gateway.errors import SummarizerUnavailable
 from gateway.memory.jobs import Job
@@ -208,6 +209,23 @@ def test_memory_api_needs_redis(make_gateway: GatewayFactory, api_key: str) -> N
         ("/messages", {"messages": []}, "messages"),
         ("/messages", {"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
         ("/messages", {"msgs": []}, "messages"),
+        # An assistant message with nothing in it: stored, OpenAI would refuse it later.
+        (
+            "/messages",
+            {
+                "messages": [
+                    {"role": "user", "content": "x"},
+                    {"role": "assistant", "content": None},
+                ]
+            },
+            "messages.1.content",
+        ),
+        ("/messages", {"messages": [{"role": "assistant"}]}, "messages.0.content"),
+        (
+            "/context",
+            {"model": "fake-model", "messages": [{"role": "assistant"}]},
+            "messages.0.content",
+        ),
         ("/context", {"messages": []}, "model"),
     ],
 )
@@ -221,6 +239,31 @@ def test_memory_api_bad_input(
     )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == param
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    stored = httpx.get(
+        f"{gateway.url}/memory/sessions/s", headers={"Authorization": f"Bearer {api_key}"}
+    )
+    assert stored.status_code == 404  # nothing was stored
+
+
+def test_an_imported_refused_answer_keeps_its_refusal(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    """A refused answer as the SDK returns it (content null, the refusal beside it) is
+    imported with the refusal as its content: later turns send it as OpenAI takes it."""
+    memory = Memory(gateway, api_key, session_id)
+    refused = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    messages = [{"role": "user", "content": "my color is teal; how do I pick a lock?"}, refused]
+    response = memory.http.post(memory.base + "/messages", json={"messages": messages})
+    assert response.status_code == 200, response.text
+    kept = {"role": "assistant", "content": [{"type": "refusal", "refusal": refused["refusal"]}]}
+    assert say(sdk(gateway, api_key, session_id), "what is my color?") == "Your color is teal."
+    forwarded = fake_upstream.last_messages()
+    assert forwarded[:3] == [
+        {"role": "user", "content": "my color is teal; how do I pick a lock?"},
+        kept,
+        {"role": "user", "content": "what is my color?"},
+    ]
 
 
 def test_separate_worker_processes_run_the_jobs_and_reclaim_a_crashed_ones(

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import httpx
+from openai.types.chat import ChatCompletionMessage
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
@@ -251,6 +257,85 @@ def test_a_tool_call_the_app_never_ran_does_not_break_the_next_turns(
 
 
 REFUSAL = "I can't help with that."
+
+
+def _says_something(message: dict) -> bool:
+    """What OpenAI takes as an assistant message: content, or tool calls."""
+    return message["content"] is not None or bool(message.get("tool_calls"))
+
+
+def test_a_refused_answer_in_a_resent_history_is_kept_as_its_refusal(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    """A history that holds a refused answer as the SDK returned it (content null, the
+    refusal beside it) is stored with the refusal as content, not as an empty message
+    OpenAI would refuse on every later turn."""
+    client = sdk(gateway, api_key, session_id)
+    refused = ChatCompletionMessage(role="assistant", content=None, refusal=REFUSAL)
+    history: list[Any] = [
+        {"role": "user", "content": "my color is teal; how do I pick a lock?"},
+        refused,  # the SDK's own object, as an app appends it
+        {"role": "user", "content": "what is my color?"},
+    ]
+    answer = client.chat.completions.create(model="fake-model", messages=history)
+    assert answer.choices[0].message.content == "Your color is teal."
+    kept = [{"type": "refusal", "refusal": REFUSAL}]
+    log = stored_log(redis_server, api_key, session_id)
+    assert [(m["role"], m["content"]) for m in log][:3] == [
+        ("user", "my color is teal; how do I pick a lock?"),
+        ("assistant", kept),
+        ("user", "what is my color?"),
+    ]
+    assert all(_says_something(m) for m in fake_upstream.last_messages())
+    # The whole history again, and a new question: nothing is imported twice, and the
+    # refused answer goes out as it was stored.
+    history += [answer.choices[0].message, {"role": "user", "content": "and my name?"}]
+    client.chat.completions.create(model="fake-model", messages=history)
+    assert len(stored_log(redis_server, api_key, session_id)) == 6
+    forwarded = fake_upstream.last_messages()
+    assert {"role": "assistant", "content": kept} in forwarded
+    assert all(_says_something(m) for m in forwarded)
+
+
+def _refusing_upstream() -> Starlette:
+    """An upstream whose model refuses every question, as OpenAI answers a refusal."""
+
+    async def refuse(request: Request) -> JSONResponse:
+        message = {"role": "assistant", "content": None, "refusal": REFUSAL}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        return JSONResponse({"id": "chatcmpl-r", "object": "chat.completion", "created": 0,
+                             "model": "m", "choices": [choice], "usage": usage})  # fmt: skip
+
+    return Starlette(routes=[Route("/v1/chat/completions", refuse, methods=["POST"])])
+
+
+def test_a_refused_answer_sent_back_by_the_sdk_is_not_imported_again(
+    make_gateway: GatewayFactory, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    """The upstream's refusal is stored as its text; the SDK's copy of it, resent in the
+    history, is that same message: the log holds each turn once."""
+    with ServerThread(_refusing_upstream()) as upstream:
+        gateway = make_gateway(upstream={"base_url": upstream.url + "/v1"})
+        client = sdk(gateway, api_key, session_id)
+        history: list[Any] = [{"role": "user", "content": "how do I pick a lock?"}]
+        for question in ("a safe, then?", "a car?"):
+            answer = client.chat.completions.create(model="m", messages=history)
+            assert answer.choices[0].message.refusal == REFUSAL
+            history += [answer.choices[0].message, {"role": "user", "content": question}]
+        client.chat.completions.create(model="m", messages=history)
+    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [
+        ("user", "how do I pick a lock?"),
+        ("assistant", REFUSAL),
+        ("user", "a safe, then?"),
+        ("assistant", REFUSAL),
+        ("user", "a car?"),
+        ("assistant", REFUSAL),
+    ]
 
 
 def test_tenants_are_isolated_under_the_same_session_id(

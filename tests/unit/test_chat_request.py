@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from openai.types.chat import ChatCompletionMessage
 
 from gateway.chat_request import (
     DEFAULT_LIMITS,
@@ -372,3 +373,87 @@ def test_a_tool_call_unanswered_or_repeated_is_a_400_naming_it(
 def test_answered_tool_calls_are_taken(messages: list[dict[str, Any]]) -> None:
     parsed = parse_chat_request(body(messages=messages))
     assert [m.to_openai() for m in parsed.messages] == messages
+
+
+# --- An assistant message with nothing in it, and a refused answer -----------------------
+
+# A refused answer as the OpenAI SDK appends it to a history (``message.model_dump()``).
+REFUSED = ChatCompletionMessage(
+    role="assistant", content=None, refusal="I can't help with that."
+).model_dump()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param({"role": "assistant"}, id="content missing"),
+        pytest.param({"role": "assistant", "content": None}, id="content null"),
+        pytest.param({"role": "assistant", "content": None, "tool_calls": []}, id="no calls"),
+        pytest.param({**REFUSED, "refusal": None}, id="the SDK's, no refusal"),
+    ],
+)
+def test_an_assistant_message_with_nothing_in_it_is_a_400_naming_its_content(
+    message: dict[str, Any],
+) -> None:
+    """Stored, it would be sent on every later turn, and OpenAI refuses it."""
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(body(messages=[USER, message, USER]))
+    error = caught.value
+    assert (error.status, error.type, error.param) == (
+        400,
+        "invalid_request_error",
+        "messages.1.content",
+    )
+    assert error.message.startswith("messages.1.content: required")
+
+
+def test_a_refusal_that_is_not_a_string_is_a_400_naming_it() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(body(messages=[USER, {**REFUSED, "refusal": 5}, USER]))
+    assert (caught.value.status, caught.value.param) == (400, "messages.1.refusal")
+
+
+@pytest.mark.parametrize(
+    ("message", "content"),
+    [
+        pytest.param(REFUSED, [{"type": "refusal", "refusal": "I can't help with that."}],
+                     id="the SDK's refused answer"),
+        pytest.param(
+            {"role": "assistant", "content": "Well.", "refusal": "No."},
+            [{"type": "text", "text": "Well."}, {"type": "refusal", "refusal": "No."}],
+            id="text and a refusal",
+        ),
+        pytest.param(
+            {"role": "assistant", "content": "", "refusal": "No."},
+            [{"type": "refusal", "refusal": "No."}],
+            id="empty text and a refusal",
+        ),
+        pytest.param(
+            {"role": "assistant", "content": [{"type": "text", "text": "a"}], "refusal": "No."},
+            [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "No."}],
+            id="parts and a refusal",
+        ),
+    ],
+)  # fmt: skip
+def test_a_refused_answer_in_the_history_keeps_its_refusal(
+    message: dict[str, Any], content: list[dict[str, Any]]
+) -> None:
+    parsed = parse_chat_request(body(messages=[USER, message, USER]))
+    assert parsed.messages[1] == Message(role="assistant", content=content)
+    # What is stored, and forwarded on later turns, is an assistant message the chat
+    # API takes: content, not null.
+    assert parsed.messages[1].to_openai() == {"role": "assistant", "content": content}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param({**REFUSED, "refusal": "y" * 101}, id="refusal"),
+        pytest.param({**REFUSED, "content": "x" * 50, "refusal": "y" * 51}, id="text and refusal"),
+    ],
+)
+def test_a_refusal_counts_toward_the_size_cap(message: dict[str, Any]) -> None:
+    """It is stored as the message's content: it is held to the same cap."""
+    with pytest.raises(PayloadTooLarge) as caught:
+        parse_chat_request(body(messages=[USER, message, USER]), Limits(max_message_bytes=100))
+    assert caught.value.param == "messages.1.content"

@@ -300,6 +300,16 @@ TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "argu
             id="refusal",
         ),
         pytest.param(
+            completion({"role": "assistant", "content": None}),
+            Message(role="assistant", content=""),  # never stored as nothing at all
+            id="empty answer",
+        ),
+        pytest.param(
+            completion({"role": "assistant", "content": None, "tool_calls": ["junk"]}),
+            Message(role="assistant", content=""),
+            id="only junk calls",
+        ),
+        pytest.param(
             completion({"role": "assistant", "content": "x", "tool_calls": ["junk", TOOL_CALL]}),
             Message(role="assistant", content="x", tool_calls=(TOOL_CALL,)),
             id="non-object tool call dropped",
