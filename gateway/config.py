@@ -335,7 +335,7 @@ class GatewayKey(_Section):
     users: list[str] | Literal["*"] = "*"
     # The upstream key its requests use: a name in auth.upstream_keys (else upstream.api_key).
     upstream_key: str | None = None
-    quota_mb: float | None = Field(default=None, gt=0)  # stored bytes of its tenant
+    quota_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # stored bytes
     name: str | None = Field(default=None, max_length=128)
     # This key's own rate limits, over limits.key.
     limits: RateLimit | None = None
@@ -363,7 +363,8 @@ class AuthConfig(_Section):
     admin_key: str | None = Field(default=None, min_length=16)
     # How often each process checks for keys made or revoked through the admin API.
     refresh_s: float = Field(default=0.25, gt=0, le=5)
-    quota_mb: float | None = Field(default=None, gt=0)  # forward: stored bytes per tenant
+    # forward mode: stored bytes per tenant
+    quota_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:

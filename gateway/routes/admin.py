@@ -8,10 +8,11 @@ keys when their version in Redis moves).
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Callable
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -26,13 +27,25 @@ from gateway.store.gateway_keys import GatewayKeys
 MAX_BODY_BYTES = 64 * 1024
 
 
+def _printable(value: str) -> str:
+    # Shown as they are in the key listing, the logs and the inspector.
+    if any(unicodedata.category(ch)[0] == "C" for ch in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+Printable = Annotated[StrictStr, AfterValidator(_printable)]
+
+
 class _NewKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tenant: StrictStr = Field(min_length=1, max_length=128)
-    users: list[StrictStr] | Literal["*"] = "*"
+    tenant: Printable = Field(min_length=1, max_length=128)
+    users: list[Annotated[Printable, Field(min_length=1, max_length=128)]] | Literal["*"] = "*"
     upstream_key: StrictStr | None = None
-    quota_mb: float | None = Field(default=None, gt=0)
-    name: StrictStr | None = Field(default=None, max_length=128)
+    # Finite: an infinite quota was stored, then no listing could be answered (JSON has
+    # no Infinity).
+    quota_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    name: Printable | None = Field(default=None, max_length=128)
 
 
 class AdminAPI:

@@ -189,6 +189,28 @@ def test_keys_made_through_the_admin_api_work_and_revoked_ones_stop_on_every_rep
     assert httpx.delete(f"{first.url}/admin/keys/{key_id}", headers=admin).status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        (b'{"tenant": "t", "quota_mb": 1e400}', "quota_mb"),  # JSON has no Infinity to list
+        (b'{"tenant": "t", "quota_mb": NaN}', None),  # not JSON at all
+        (b'{"tenant": "a\\u0000b"}', "tenant"),
+        (b'{"tenant": "t", "users": ["ok", "\\u001b[31m"]}', "users"),
+        (b'{"tenant": "t", "name": "line\\nbreak"}', "name"),
+    ],
+)
+def test_the_admin_api_refuses_what_it_could_not_list_or_show(
+    keyed: GatewayFactory, raw: bytes, param: str | None
+) -> None:
+    gateway = keyed()
+    admin = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    refused = httpx.post(gateway.url + "/admin/keys", content=raw, headers=admin)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == param
+    listed = httpx.get(gateway.url + "/admin/keys", headers=admin)
+    assert listed.status_code == 200 and all(k["tenant"] != "t" for k in listed.json()["keys"])
+
+
 def test_without_an_admin_key_there_is_no_admin_api(gateway: ServerThread) -> None:
     response = httpx.get(gateway.url + "/admin/keys", headers={"Authorization": f"Bearer {ADMIN}"})
     assert response.status_code == 404
