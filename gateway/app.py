@@ -111,6 +111,10 @@ class _Gateway(OutermostStarlette):
 
     def __init__(self, *, metrics: bool, access_log: bool, **options: Any) -> None:
         super().__init__(**options)
+        # No redirect from "/x/" to "/x": Starlette's is absolute, built from the request's
+        # own Host header (a redirect to any host a client names, answered before any
+        # authentication), and a path the gateway does not serve is a 404.
+        self.router.redirect_slashes = False
         self._request_options = {"metrics": metrics, "access_log": access_log}
 
     def outermost(self, app: ASGIApp) -> ASGIApp:

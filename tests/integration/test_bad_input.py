@@ -346,3 +346,16 @@ def test_openapi_document_matches_the_routes(gateway: ServerThread) -> None:
 def redis_dump_of(server: RedisProcess) -> list[bytes]:
     with server.client() as client:
         return sorted(redis_dump(client))
+
+
+@pytest.mark.parametrize("path", ["/memory/sessions/", "/ui/", "/memory/sessions/a%2Fb"])
+def test_no_redirect_is_built_from_the_clients_host_header(
+    make_gateway: GatewayFactory, path: str
+) -> None:
+    """Starlette redirected "/x/" to "/x" at the Host the client named, unauthenticated."""
+    gateway = make_gateway(ui={"enabled": True, "admin_key": "inspector-admin-key-0123456789"})
+    headers = {"Host": "evil.example", "Authorization": "Bearer sk-redirect-test-key"}
+    answer = httpx.get(gateway.url + path, headers=headers)
+    assert "location" not in answer.headers
+    assert answer.status_code == 404
+    assert_envelope(answer.json())
