@@ -328,6 +328,13 @@ class FakeUpstream:
         """The response for one chat call; ``call.finished`` once it holds the whole answer."""
         model = call.model
         messages = body["messages"]
+        refused_part = part_chat_refuses(messages)
+        if refused_part is not None:
+            call.finished = True
+            error = {"message": f"Invalid value: {refused_part!r}: not a content part type "
+                     "of this role.", "type": "invalid_request_error",
+                     "param": "messages", "code": "invalid_value"}  # fmt: skip
+            return JSONResponse({"error": error}, status_code=400)
         unanswered = unanswered_calls(messages)
         if unanswered:
             call.finished = True
@@ -553,6 +560,28 @@ def _text(message: dict[str, Any]) -> str:
     if isinstance(content, list):
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content or ""
+
+
+# The content part types OpenAI's chat completions take, by role (its API reference).
+_CHAT_PART_TYPES = {
+    "user": {"text", "image_url", "input_audio", "file"},
+    "assistant": {"text", "refusal"},
+    "tool": {"text"},
+    "system": {"text"},
+    "developer": {"text"},
+}
+
+
+def part_chat_refuses(messages: list[dict[str, Any]]) -> str | None:
+    """The first content part type a message's role may not send, if any."""
+    for message in messages:
+        content = message.get("content")
+        allowed = _CHAT_PART_TYPES.get(message.get("role", ""), set())
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in allowed:
+                return str(kind)
+    return None
 
 
 def unanswered_calls(messages: list[dict[str, Any]]) -> list[str]:

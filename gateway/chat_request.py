@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from gateway import codec, media, offload
+from gateway.chat_parts import chat_shaped
 from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.memory.model import PROMPT_ROLES, Message, call_texts
 
@@ -158,7 +159,7 @@ class ChatRequest:
 
     def forwarded(self, context: Sequence[dict[str, Any]]) -> bytes:
         """The body to send upstream: the client's, with ``context`` as its messages."""
-        return codec.dumps({**self.body, "messages": list(context)})
+        return codec.dumps({**self.body, "messages": chat_shaped(context)})
 
 
 class MessageLimits(Protocol):

@@ -564,3 +564,34 @@ def test_a_function_call_never_answered_does_not_break_the_next_turns(
     assert answer.output_text == "Your city is Lyon."
     forwarded = last_forwarded(fake_upstream)
     assert not [item for item in forwarded["input"] if item.get("type") == "function_call"]
+
+
+def test_parts_only_the_responses_api_has_do_not_break_a_chat_turn(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    """A session may mix both APIs: an image by file id, and an image a function returned,
+    are not chat content; a chat request sends them as text (red-team finding)."""
+    client = sdk(gateway, api_key, session_id)
+    client.responses.create(
+        model="fake-model",
+        input=[
+            {"role": "user", "content": [
+                {"type": "input_text", "text": "my pet is Tom, see"},
+                {"type": "input_image", "file_id": "file-abc", "detail": "auto"},
+            ]},
+            {"type": "function_call", "call_id": "c9", "name": "screenshot", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c9", "output": [
+                {"type": "input_image", "image_url": "https://example.com/shot.png"},
+            ]},
+        ],
+    )  # fmt: skip
+    for _ in range(2):  # and at the turn after: nothing stored is refused
+        assert say(client, "What is my pet?") == "Your pet is Tom."
+    parts = [
+        part
+        for message in fake_upstream.last_messages()
+        if isinstance(message["content"], list)
+        for part in message["content"]
+    ]
+    assert {"type": "text", "text": "[input_image file-abc]"} in parts
+    assert {"type": "text", "text": "[image https://example.com/shot.png]"} in parts
