@@ -77,6 +77,12 @@ def header_id(headers: Headers, header: str) -> str | None:
     return check_id(value, header)
 
 
+def has_control_characters(value: str) -> bool:
+    """Whether a text holds a character of Unicode's "Other" categories: control, format
+    (bidi overrides, zero-width), surrogate, private use or unassigned."""
+    return any(unicodedata.category(ch)[0] == "C" for ch in value)
+
+
 def check_id(value: str, header: str) -> str:
     """Session and user ids: 1 to 128 printable characters, no control characters and no
     "/": every id the proxy takes is reachable as one path segment of the memory API
@@ -87,7 +93,7 @@ def check_id(value: str, header: str) -> str:
             param=header,
             code="invalid_header",
         )
-    if any(unicodedata.category(ch)[0] == "C" for ch in value):
+    if has_control_characters(value):
         raise InvalidRequest(
             f"{header} must not contain control characters", param=header, code="invalid_header"
         )

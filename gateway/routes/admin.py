@@ -8,7 +8,6 @@ keys when their version in Redis moves).
 from __future__ import annotations
 
 import time
-import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Literal
 
@@ -20,6 +19,7 @@ from starlette.routing import Route
 from gateway.auth import KeyRecord, KeyRegistry, is_admin, key_id, new_key
 from gateway.config import AuthConfig
 from gateway.errors import InvalidRequest, NotFound, Unauthorized
+from gateway.identity import has_control_characters
 from gateway.routes.memory_api import parse_body
 from gateway.routes.relay import read_body
 from gateway.store.gateway_keys import GatewayKeys
@@ -29,7 +29,7 @@ MAX_BODY_BYTES = 64 * 1024
 
 def _printable(value: str) -> str:
     # Shown as they are in the key listing, the logs and the inspector.
-    if any(unicodedata.category(ch)[0] == "C" for ch in value):
+    if has_control_characters(value):
         raise ValueError("must not contain control characters")
     return value
 
