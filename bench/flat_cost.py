@@ -65,11 +65,11 @@ from bench._harness import (  # noqa: E402
 )
 from bench.conversations import DEFAULT_DEPTHS, Fact, generate, mentions  # noqa: E402
 from devsupport.servers import RedisProcess  # noqa: E402
+from gateway.auth.identity import tenant_id  # noqa: E402
 from gateway.config import WorkerConfig  # noqa: E402
-from gateway.identity import tenant_id  # noqa: E402
 from gateway.memory.model import Message  # noqa: E402
 from gateway.store.keys import JOB_GROUP, TENANT_SECRET_KEY, SessionKeys, job_stream  # noqa: E402
-from gateway.tokens import TokenCounter  # noqa: E402
+from gateway.text.tokens import TokenCounter  # noqa: E402
 
 MODEL = "bench"  # fast_upstream: the first chunk at once, five chunks
 API_KEY = "sk-bench-flat-cost"

@@ -65,7 +65,7 @@ from bench.conversations import (  # noqa: E402
     mentions,
 )
 from gateway.presets import PRESETS  # noqa: E402
-from gateway.tokens import TokenCounter  # noqa: E402
+from gateway.text.tokens import TokenCounter  # noqa: E402
 
 TOKENS_PER_MESSAGE = 3  # OpenAI's framing of each message of a prompt
 TOKENS_PER_REPLY = 3  # and of the reply

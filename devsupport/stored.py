@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from devsupport.servers import RedisProcess
-from gateway.identity import tenant_id
+from gateway.auth.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
 
 

@@ -16,37 +16,37 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp
 
-from gateway.auth import Authenticator, KeyRegistry
-from gateway.auth import watch as watch_keys
+from gateway.auth.authenticator import Authenticator, KeyRegistry
+from gateway.auth.authenticator import watch as watch_keys
+from gateway.auth.tenancy import Tenants
 from gateway.compat.starlette import OutermostStarlette
 from gateway.config import Settings
-from gateway.cors import cors_middleware
-from gateway.dialects.responses import RESPONSES
-from gateway.embedder import StaticEmbedder
+from gateway.dialects.responses.dialect import RESPONSES
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
+from gateway.http.cors import cors_middleware
+from gateway.http.rate_limits import RateLimitMiddleware, rate_limiter
 from gateway.memory.archive import ArchiveCache
-from gateway.memory.rerank import Embedder
-from gateway.metrics import MetricsMiddleware
-from gateway.openapi import serve_openapi
-from gateway.operations import SessionOperations
-from gateway.proxy.upstream import Upstream
-from gateway.rate_limits import RateLimitMiddleware, rate_limiter
+from gateway.observability.metrics import MetricsMiddleware
 from gateway.routes.admin import AdminAPI
-from gateway.routes.chat import MemoryProxy
 from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
-from gateway.routes.metrics import MetricsEndpoint
+from gateway.routes.memory_proxy import MemoryProxy
+from gateway.routes.openapi import serve_openapi
 from gateway.routes.passthrough import Passthrough
+from gateway.routes.prometheus import MetricsEndpoint
 from gateway.routes.relay import CLIENT_CLOSED
 from gateway.service.memory_service import MemoryService
+from gateway.service.operations import SessionOperations
+from gateway.service.ports import Embedder
+from gateway.service.worker import JobRunner, Worker
 from gateway.store.durability import warn_if_not_durable
 from gateway.store.gateway_keys import GatewayKeys
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable
-from gateway.tenancy import Tenants
-from gateway.tokens import TokenCounter
+from gateway.text.embedder import StaticEmbedder
+from gateway.text.tokens import TokenCounter
 from gateway.ui.inspector import Inspector
-from gateway.worker import JobRunner, Worker
+from gateway.upstream.client import Upstream
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,15 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from gateway import collector
 from gateway import commands as operator_commands
 from gateway.config import ConfigError, Settings, load_settings
-from gateway.http_protocol import BoundedHeadProtocol, ClientLimits
-from gateway.metrics import MULTIPROC_ENV
-from gateway.request_log import logging_config
+from gateway.http import gc_tuning as collector
+from gateway.http.server import BoundedHeadProtocol, ClientLimits
+from gateway.observability.metrics import MULTIPROC_ENV
+from gateway.observability.request_log import logging_config
+from gateway.service.worker import Worker
 from gateway.store.embedded import EmbeddedRedis
 from gateway.wiring import build_clients
-from gateway.worker import Worker
 
 log = logging.getLogger("gateway")
 

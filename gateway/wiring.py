@@ -11,17 +11,17 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 
-from gateway import metrics
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.embedder import StaticEmbedder
-from gateway.memory.summarizer import Summarizer
-from gateway.proxy.models import UpstreamChatModel, UpstreamEmbeddings
-from gateway.proxy.upstream import Upstream
+from gateway.observability import metrics
+from gateway.service.worker import JobRunner
 from gateway.store.link import MAX_QUEUED_S
 from gateway.store.redis_store import RedisStore, create_client
-from gateway.tokens import TokenCounter
-from gateway.worker import JobRunner
+from gateway.summarize.summarizer import Summarizer
+from gateway.text.embedder import StaticEmbedder
+from gateway.text.tokens import TokenCounter
+from gateway.upstream.client import Upstream
+from gateway.upstream.models import UpstreamChatModel, UpstreamEmbeddings
 
 
 @dataclass

@@ -16,7 +16,7 @@ Three processes per candidate, all local and real sockets:
 Candidates (``--clients``): ``httpx`` (one AsyncClient, default limits), ``httpx-tuned``
 (``--shards`` AsyncClients round-robin, HTTP/1.1, pool sized for the load;
 ``httpx-tuned/16`` names its own shard count), ``aiohttp``
-(one ClientSession, no connection limit), ``gateway`` (``gateway.proxy.upstream.Upstream``
+(one ClientSession, no connection limit), ``gateway`` (``gateway.upstream.client.Upstream``
 as the gateway builds it: whatever client that module uses today).
 
     .venv/bin/python bench/archive/upstream_client.py   # ~2 minutes
@@ -196,7 +196,7 @@ async def _aiohttp_opener() -> Callable[..., Awaitable[Opened]]:
 async def _gateway_opener(base_url: str) -> Callable[..., Awaitable[Opened]]:
     sys.path.insert(0, str(ROOT))
     from gateway.config import UpstreamConfig
-    from gateway.proxy.upstream import Upstream
+    from gateway.upstream.client import Upstream
 
     upstream = Upstream(UpstreamConfig(base_url=base_url + "/v1"))
 

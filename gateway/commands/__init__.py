@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gateway.commands.client import MemoryClient
+    from gateway.commands.api_client import MemoryClient
 
 COMMANDS = frozenset({"import", "export", "inspect", "sessions"})
 _INTERRUPTED = 130
@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
     """Run an operator command; its exit status (errors are printed, not raised)."""
     from rich.console import Console
 
-    from gateway.commands.client import MemoryClient, api_key, gateway_url
-    from gateway.commands.errors import CommandError
+    from gateway.commands.api_client import MemoryClient, api_key, gateway_url
+    from gateway.commands.failures import CommandError
     from gateway.commands.transcript import MalformedFile
 
     # Plain text: ids and file names are never read as markup, and lines are not broken

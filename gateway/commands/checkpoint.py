@@ -23,7 +23,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gateway.commands.errors import UsageError
+from gateway.commands.failures import UsageError
 
 VERSION = 1
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gateway.commands.client import MemoryClient
-from gateway.commands.errors import UsageError
+from gateway.commands.api_client import MemoryClient
+from gateway.commands.failures import UsageError
 
 
 def run_export(args: argparse.Namespace, client: MemoryClient, err: Console) -> int:

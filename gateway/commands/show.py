@@ -19,8 +19,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gateway.commands.client import MemoryClient
-from gateway.present import ago, human_bytes, message_text
+from gateway.commands.api_client import MemoryClient
+from gateway.ui.present import ago, human_bytes, message_text
 
 SHORT_CHARS = 240  # a window message, a pin: one line each
 BAR_CHARS = 30

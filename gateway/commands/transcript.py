@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from gateway.chat_request import MessageShape, validation_error
-from gateway.commands.errors import UsageError
+from gateway.commands.failures import UsageError
+from gateway.dialects.chat.request import MessageShape, validation_error
 
 ROLES = ("user", "assistant", "tool", "system", "developer")
 SKIPPED_ROLES = ("system", "developer")

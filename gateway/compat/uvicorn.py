@@ -1,4 +1,4 @@
-"""The private parts of uvicorn the HTTP server protocol (``gateway.http_protocol``) builds
+"""The private parts of uvicorn the HTTP server protocol (``gateway.http.server``) builds
 on, in one place.
 
 ``BoundedHeadProtocol`` subclasses uvicorn's httptools protocol

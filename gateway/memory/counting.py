@@ -1,5 +1,5 @@
 """What the memory policies need of a tokenizer: a text's count, and the chat format's
-framing. The tokenizer itself (``gateway.tokens``, tiktoken) is passed in, so the
+framing. The tokenizer itself (``gateway.text.tokens``, tiktoken) is passed in, so the
 policies stay pure and the tokenizer can count ``Message`` values without a cycle."""
 
 from __future__ import annotations

@@ -1,23 +1,20 @@
-"""Summarization jobs: when they are due (pure) and what they do to the tiers.
+"""Summarization jobs: what they are, and when they are due (pure).
 
 A job names a message range and the trigger that made it due. Its id is derived from
 those, so enqueuing the same job twice is harmless, and running it twice is a no-op:
-``run_job`` first checks whether the tiers already hold its effect. Together with the
-version compare-and-set of the store, that makes at-least-once delivery safe.
+``summarize.run.run_job`` first checks whether the tiers already hold its effect.
+Together with the version compare-and-set of the store, that makes at-least-once
+delivery safe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from gateway.memory import durable
-from gateway.memory.model import Fact, Message, RollingSummary, Summary, Tiers
+from gateway.memory.model import Message, Tiers
 from gateway.presets import Composition
-
-if TYPE_CHECKING:
-    from gateway.memory.summarizer import Summarizer
 
 # "end" is not scheduled by the policy: the service enqueues it for a user's sessions that
 # went idle, and the runner (not run_job) carries it out: see worker.JobRunner.end.
@@ -135,169 +132,3 @@ def needed_range(job: Job, tiers: Tiers) -> tuple[int, int]:
         # Catch up on anything a lost job left out, so no message is skipped.
         return min(job.start, tiers.rolling.end + 1), job.end
     return job.start, job.end
-
-
-class _Work(NamedTuple):
-    """What a job's handler works with (the arguments of ``run_job``)."""
-
-    job: Job
-    composition: Composition
-    tiers: Tiers
-    messages: Sequence[Message]
-    summarizer: Summarizer
-    now: float
-
-
-async def run_job(
-    job: Job,
-    composition: Composition,
-    tiers: Tiers,
-    messages: Sequence[Message],
-    summarizer: Summarizer,
-    *,
-    now: float,
-) -> Tiers | None:
-    """The tiers after this job, or None when the tiers already hold its effect, or the
-    composition has no tier for it."""
-    if not _has_tier_for(job, composition):
-        # Queued under another composition: the preset changed while it waited, or
-        # another gateway sharing the Redis runs another one. Nothing of it to keep.
-        return None
-    work = _Work(job, composition, tiers, messages, summarizer, now)
-    handlers = {"chunk": _chunk, "recursive": _recursive, "facts": _facts}
-    return await handlers.get(job.kind, _rolling)(work)
-
-
-def _has_tier_for(job: Job, composition: Composition) -> bool:
-    if job.kind == "chunk":
-        return composition.chunks is not None
-    if job.kind == "recursive":
-        return composition.recursive is not None
-    if job.kind in ("fold", "compress"):
-        return composition.rolling is not None
-    return True  # facts: extracted into the facts tier, or kept for a later one
-
-
-async def _chunk(work: _Work) -> Tiers | None:
-    job, composition, tiers, messages, summarizer, now = work
-    chunks = composition.chunks
-    assert chunks is not None
-    if any(s.start == job.start and s.end == job.end for s in tiers.summaries):
-        return None
-    if any(s.start <= job.start and s.end >= job.end for s in tiers.summaries):
-        return None  # already inside a merged summary
-    summaries = sorted(tiers.summaries, key=lambda s: s.start)
-    if chunks.keep is not None and len(summaries) >= chunks.keep and job.end < summaries[0].start:
-        return None  # a late job for a chunk already dropped as the oldest
-    written = await summarizer.chunk(messages)
-    since, until = _span(messages)
-    made = Summary(job.start, job.end, written.text, now, written.fallback, since, until)
-    summaries = sorted([*summaries, made], key=lambda s: s.start)
-    if chunks.keep is not None:
-        summaries = summaries[-chunks.keep :]
-    if chunks.merge_over is not None and len(summaries) > chunks.merge_over:
-        merged = await summarizer.merge([s.text for s in summaries])
-        first, last = summaries[0], summaries[-1]
-        summaries = [
-            Summary(
-                first.start, last.end, merged.text, now, merged.fallback, first.since, last.until
-            )
-        ]
-    facts = tiers.facts
-    if chunks.extract_facts:
-        facts = await _extracted(job, composition, facts, messages, summarizer)
-    return replace(tiers, version=tiers.version + 1, summaries=tuple(summaries), facts=facts)
-
-
-def _span(messages: Sequence[Message]) -> tuple[float, float]:
-    """When the first and the last of the messages were said (0: unknown)."""
-    times = [m.ts for m in messages if m.ts > 0]
-    return (min(times), max(times)) if times else (0.0, 0.0)
-
-
-async def _extracted(
-    job: Job,
-    composition: Composition,
-    facts: tuple[Fact, ...],
-    messages: Sequence[Message],
-    summarizer: Summarizer,
-) -> tuple[Fact, ...]:
-    """Facts after adding what ``messages`` state: the model's, or model-free ones."""
-    found, fallback = await summarizer.facts(messages)
-    # The model's facts are sentences to key; when it failed, the keyed extractor reads
-    # the user's own words. (Adding the fallback's unkeyed fact-like sentences as well was
-    # measured to crowd the planted facts out: bench/recall.py, 100% → 99% present.)
-    said = max((m.ts for m in messages), default=0.0)
-    new = durable.extract(messages) if fallback else durable.keyed(found, job.start, job.end, said)
-    keep = composition.facts.keep if composition.facts is not None else 100
-    return durable.merge(facts, new, keep)
-
-
-async def _facts(work: _Work) -> Tiers | None:
-    job, composition, tiers, messages, summarizer, _ = work
-    """Durable facts from the user's recent messages; a newer fact supersedes an older."""
-    if tiers.facts_end >= job.end:
-        return None
-    users = [m for m in messages if m.role == "user"]
-    facts = await _extracted(job, composition, tiers.facts, users, summarizer) if users else ()
-    return replace(tiers, version=tiers.version + 1, facts=facts or tiers.facts, facts_end=job.end)
-
-
-async def _recursive(work: _Work) -> Tiers | None:
-    job, composition, tiers, messages, summarizer, now = work
-    recursive = composition.recursive
-    assert recursive is not None
-    previous = tiers.rolling
-    if previous is not None and previous.end >= job.end:
-        return None
-    start, end = needed_range(job, tiers)
-    written = await summarizer.recursive(
-        previous.text if previous else None,
-        messages,
-        start=start,
-        end=end,
-        limit_tokens=recursive.limit_tokens,
-    )
-    rolling = RollingSummary(
-        text=written.text,
-        start=previous.start if previous else start,
-        end=end,
-        version=(previous.version + 1) if previous else 1,
-        ts=now,
-        fallback=written.fallback,
-    )
-    return replace(tiers, version=tiers.version + 1, rolling=rolling)
-
-
-async def _rolling(work: _Work) -> Tiers | None:
-    job, composition, tiers, messages, summarizer, now = work
-    rolling = composition.rolling
-    assert rolling is not None
-    previous = tiers.rolling
-    if previous is not None and previous.turn >= job.turn:
-        return None
-    by_index = {m.index: m for m in messages}
-    question = by_index[job.question].text if job.question in by_index else ""
-    answer = by_index[job.end].text if job.end in by_index else ""
-    if job.kind == "fold":
-        written = await summarizer.fold(
-            previous.text if previous else None, question, answer, max_words=rolling.fold_words
-        )
-    else:
-        written = await summarizer.compress(
-            previous.text if previous else None, messages, max_words=rolling.max_words
-        )
-    pair, _ = await summarizer.key_qa(question, answer)
-    pairs = (*tiers.key_qa, replace(pair, turn=job.turn))
-    if job.kind == "compress":
-        pairs = pairs[-rolling.keep_pairs :]
-    summary = RollingSummary(
-        text=written.text,
-        start=previous.start if previous else 1,
-        end=max(job.end, previous.end if previous else 0),
-        version=(previous.version + 1) if previous else 1,
-        turn=job.turn,
-        ts=now,
-        fallback=written.fallback,
-    )
-    return replace(tiers, version=tiers.version + 1, rolling=summary, key_qa=pairs)

@@ -6,8 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway import codec, media
+from gateway import codec
 from gateway.caching import BoundedMap, memo_when_short
+from gateway.memory import images as media
 
 # Roles that are part of the conversation record and get an index; system/developer
 # messages belong to the client's prompt, not to the conversation.

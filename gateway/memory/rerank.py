@@ -12,13 +12,8 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from gateway.memory.recall import Hit
-
-
-class Embedder(Protocol):
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
 def pack(vector: Sequence[float]) -> bytes:

@@ -32,7 +32,8 @@ def quantize(vector: Floats) -> Codes | None:
     top = float(np.abs(head).max()) if head.size else 0.0
     if top == 0.0 or not np.isfinite(top):
         return None
-    return np.round(head * (127.0 / top)).astype(np.int8)
+    # In float64: a float32 vector of subnormal parts has a scale past float32's range.
+    return np.round(head.astype(np.float64) * (127.0 / top)).astype(np.int8)
 
 
 def encode(vector: Floats) -> bytes:

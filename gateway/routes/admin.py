@@ -16,10 +16,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.auth import KeyRecord, KeyRegistry, is_admin, key_id, new_key
+from gateway.auth.authenticator import (
+    KeyRecord,
+    KeyRegistry,
+    is_admin,
+    key_id,
+    new_key,
+)
+from gateway.auth.identity import has_control_characters
 from gateway.config import AuthConfig
 from gateway.errors import InvalidRequest, NotFound, Unauthorized
-from gateway.identity import has_control_characters
 from gateway.routes.memory_api import parse_body
 from gateway.routes.relay import read_body
 from gateway.store.gateway_keys import GatewayKeys
@@ -90,7 +96,7 @@ class AdminAPI:
             self.clock(),
             stored=True,
         )
-        await self.keys.save(record)
+        await self.keys.save(record.id, record.to_data())
         # This process serves it at once; the others at their next refresh.
         found = await self.keys.changed_since(None)
         if found is not None:

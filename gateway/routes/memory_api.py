@@ -15,8 +15,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from gateway import codec, offload
-from gateway.auth import Authenticator, Caller
-from gateway.chat_request import (
+from gateway.auth.authenticator import Authenticator, Caller
+from gateway.auth.identity import Identity, MemoryMode, check_id, header_id
+from gateway.dialects.base import Dialect, ProxiedRequest
+from gateway.dialects.chat.dialect import CHAT
+from gateway.dialects.chat.request import (
     DEFAULT_LIMITS,
     MessageLimits,
     check_message_count,
@@ -28,15 +31,12 @@ from gateway.chat_request import (
     parse_json,
     validation_error,
 )
-from gateway.dialects import Dialect, ProxiedRequest
-from gateway.dialects.chat import CHAT
-from gateway.dialects.responses import RESPONSES, parse_responses_request
+from gateway.dialects.responses.dialect import RESPONSES, parse_responses_request
 from gateway.errors import Forbidden, InvalidRequest, NotFound
-from gateway.identity import Identity, MemoryMode, check_id, header_id
 from gateway.memory.model import Message
-from gateway.operations import SessionOperations
 from gateway.routes.relay import read_body
 from gateway.routes.schemas import ImportBody, PinBody, PinEditBody
+from gateway.service.operations import SessionOperations
 from gateway.service.turn import check_quota
 from gateway.store.keys import SessionKeys, UserKeys
 

@@ -20,11 +20,9 @@ from collections.abc import Sequence
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import metrics
-from gateway.auth import Authenticator, Caller
+from gateway.auth.authenticator import Authenticator, Caller
 from gateway.errors import InvalidRequest, NotAllowed
-from gateway.proxy.headers import request_headers
-from gateway.proxy.upstream import Upstream
+from gateway.observability import metrics
 from gateway.routes.relay import (
     CLIENT_CLOSED,
     ClientGone,
@@ -32,6 +30,8 @@ from gateway.routes.relay import (
     streamed,
     unless_client_leaves,
 )
+from gateway.upstream.client import Upstream
+from gateway.upstream.headers import request_headers
 
 # Percent-encodings that could change how the path is read upstream: ".", "/", "\", "?",
 # "#", and "%" itself (a double encoding, decoded once more by a second server).

@@ -13,8 +13,8 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.compat.starlette import stream_body
 from gateway.errors import PayloadTooLarge
-from gateway.proxy.headers import response_headers
-from gateway.proxy.upstream import UpstreamResponse
+from gateway.upstream.client import UpstreamResponse
+from gateway.upstream.headers import response_headers
 
 T = TypeVar("T")
 

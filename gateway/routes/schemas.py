@@ -1,7 +1,7 @@
 """The memory API's bodies and answers as pydantic models: one source for both.
 
 Request models validate what the routes read; response models describe what they return
-(a test validates real answers against them), and ``gateway/openapi.py`` builds the
+(a test validates real answers against them), and ``gateway/routes/openapi.py`` builds the
 served document from both, so the description cannot drift from the code.
 """
 
@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.chat_request import Content, MessageShape
+from gateway.dialects.chat.request import Content, MessageShape
 
 # Redis list indexes are signed 64-bit: a larger message index is an error there, not a miss.
 MAX_INDEX = 2**53

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 from gateway import offload
 from gateway.caching import BoundedMap
-from gateway.embedder import StaticEmbedder
 from gateway.memory.archive import Archive, ArchiveCache, Indexed, index_messages, text_size
 from gateway.memory.model import Message
 from gateway.presets import RecallTier
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import Known, Loaded, LogSlice, RedisStore
+from gateway.text.embedder import StaticEmbedder
 
 # Users remembered for prefetching their earlier sessions (a few MB at most).
 RECENT_ENTRIES = 10_000

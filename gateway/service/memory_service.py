@@ -7,12 +7,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from gateway.auth.identity import Identity, MemoryMode
 from gateway.caching import BoundedSet
 from gateway.config import MemoryConfig
-from gateway.embedder import StaticEmbedder
 from gateway.errors import NotFound
-from gateway.identity import Identity, MemoryMode
-from gateway.memory import rerank
 from gateway.memory.accounting import tokens_sent
 from gateway.memory.archive import ArchiveCache
 from gateway.memory.assemble import Recalled, assemble
@@ -21,14 +19,16 @@ from gateway.memory.model import Message
 from gateway.memory.model_budget import ModelEntry, entry_for, model_budget
 from gateway.presets import Composition
 from gateway.service.archives import MOST_DELTA, RECENT_ENTRIES, Archives
-from gateway.service.images import Images, ingested
 from gateway.service.planning import Planner
-from gateway.service.recall import Recall, query_of
+from gateway.service.ports import Embedder
+from gateway.service.recalling import Recall, query_of
 from gateway.service.recording import Recorder, check_record_size
 from gateway.service.turn import Turn, check_quota, session_keys
+from gateway.service.turn_images import Images, ingested
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import Known, RedisStore
-from gateway.tokens import TokenCounter
+from gateway.text.embedder import StaticEmbedder
+from gateway.text.tokens import TokenCounter
 
 
 class MemoryService:
@@ -37,7 +37,7 @@ class MemoryService:
         store: RedisStore,
         counter: TokenCounter,
         config: MemoryConfig,
-        embedder: rerank.Embedder | None = None,
+        embedder: Embedder | None = None,
         *,
         vectors: StaticEmbedder | None = None,
         archives: ArchiveCache[SessionKeys] | None = None,

@@ -9,7 +9,7 @@ from dataclasses import replace
 from gateway import offload
 from gateway.memory.model import Message, SessionState
 from gateway.memory.reconcile import Reconciled, reconcile
-from gateway.tokens import TokenCounter, uncounted_chars
+from gateway.text.tokens import TokenCounter, uncounted_chars
 
 # An edit abandons only a log whose newest message is at least this old: a person reads
 # an answer before editing what led to it; requests sent together are not edits.

@@ -11,18 +11,18 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from gateway import media
 from gateway.config import MemoryConfig
 from gateway.errors import PayloadTooLarge
+from gateway.memory import images as media
 from gateway.memory.branches import facts_after_branch
 from gateway.memory.jobs import Job, schedule
 from gateway.memory.model import Message, Pin, SessionState, call_texts
 from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.presets import Composition
 from gateway.service.archives import Archives
-from gateway.service.images import Images, ingested
 from gateway.service.planning import Planner
 from gateway.service.turn import Turn, stored_receipt
+from gateway.service.turn_images import Images, ingested
 from gateway.store.catalog import REFRESH_S, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import (

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gateway import codec, media
+from gateway import codec
+from gateway.auth.identity import Identity
 from gateway.errors import QuotaExceeded
-from gateway.identity import Identity
+from gateway.memory import images as media
 from gateway.memory.assemble import Context
 from gateway.memory.model import Message, SessionState
 from gateway.memory.reconcile import Reconciled

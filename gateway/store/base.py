@@ -23,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 from redis.maint_notifications import MaintNotificationsConfig
 
-from gateway import metrics
+from gateway.observability import metrics
 from gateway.store import scripts
 from gateway.store.link import Command, RedisLink
 from gateway.store.tiers_cache import TiersCache

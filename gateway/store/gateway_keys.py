@@ -1,10 +1,11 @@
-"""The gateway keys made through the admin API, in Redis (hashes and records only)."""
+"""The gateway keys made through the admin API, in Redis: each key's record as the JSON
+object ``auth`` writes (hashes and records only, never a key), and their version."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from gateway.auth import KeyRecord
 from gateway.store.base import StoreBase, pairs
 from gateway.store.keys import AUTH_KEYS, AUTH_VERSION
 
@@ -15,18 +16,18 @@ class GatewayKeys:
     def __init__(self, store: StoreBase) -> None:
         self.store = store
 
-    async def changed_since(self, version: int | None) -> tuple[int, list[KeyRecord]] | None:
-        """None when the keys are as at ``version``; else the version and every record."""
+    async def changed_since(self, version: int | None) -> tuple[int, list[dict[str, Any]]] | None:
+        """None when the keys are as at ``version``; else the version and every record's data."""
         (raw_version,) = await self.store.execute([("GET", AUTH_VERSION)], op="keys_version")
         current = int(raw_version or 0)
         if current == version:
             return None
         (raw,) = await self.store.execute([("HGETALL", AUTH_KEYS)], op="keys_read")
-        records = [KeyRecord.from_data(json.loads(value)) for value in pairs(raw).values()]
+        records = [json.loads(value) for value in pairs(raw).values()]
         return current, records
 
-    async def save(self, record: KeyRecord) -> None:
-        await self._change(record.id, json.dumps(record.to_data()))
+    async def save(self, key_id: str, data: dict[str, Any]) -> None:
+        await self._change(key_id, json.dumps(data))
 
     async def revoke(self, key_id: str) -> bool:
         return bool(await self._change(key_id, ""))

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway import codec
-from gateway.media import Blob
 from gateway.memory.branches import Branch
+from gateway.memory.images import Blob
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.store import catalog

@@ -19,16 +19,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from gateway import present
+from gateway.auth.identity import check_id
 from gateway.config import UIConfig
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.identity import check_id
-from gateway.operations import SessionOperations
 from gateway.routes.relay import read_body
+from gateway.service.operations import SessionOperations
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import StoreUnavailable
-from gateway.ui import views
-from gateway.ui.auth import AdminAuth
+from gateway.ui import present, views
+from gateway.ui.login import AdminAuth
 
 # What a form may post: a pin's content is the largest field.
 MAX_FORM_BYTES = 64 * 1024

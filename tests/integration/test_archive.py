@@ -13,16 +13,16 @@ from dataclasses import replace
 import pytest
 
 from devsupport.servers import RedisProcess
+from gateway.auth.identity import Identity, MemoryMode
 from gateway.config import MemoryConfig
-from gateway.embedder import StaticEmbedder
-from gateway.identity import Identity, MemoryMode
 from gateway.memory import vectors
 from gateway.memory.model import Message
 from gateway.presets import PRESETS
 from gateway.service.memory_service import MemoryService
 from gateway.service.turn import session_keys
 from gateway.store.redis_store import Known, RedisStore
-from gateway.tokens import TokenCounter
+from gateway.text.embedder import StaticEmbedder
+from gateway.text.tokens import TokenCounter
 from tests.support.jobs import notices_withdrawn
 
 

@@ -392,7 +392,7 @@ def test_a_key_the_upstream_refuses_in_a_chat_loses_the_memory_api_at_once(
 def test_a_session_holds_a_bounded_number_of_pins(
     gateway: ServerThread, api_key: str, session_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway import operations
+    from gateway.service import operations
 
     monkeypatch.setattr(operations, "MAX_PINS", 3)
     memory = Memory(gateway, api_key, session_id)

@@ -14,7 +14,7 @@ import pytest
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.gateways import build_settings, start_gateway
 from devsupport.servers import RedisProcess, ServerThread
-from gateway.openapi import openapi_document
+from gateway.routes.openapi import openapi_document
 from tests.support.envelope import assert_envelope
 from tests.support.fixtures import GatewayFactory, redis_dump
 
@@ -146,7 +146,7 @@ def test_control_characters_in_session_id_get_an_error_envelope(
 
 def test_session_id_bytes_the_http_parser_refuses_still_get_a_400(gateway: ServerThread) -> None:
     # uvicorn's parser rejects \x01 in a header before the app runs: the protocol's 400
-    # (its envelope: tests/unit/test_http_protocol.py).
+    # (its envelope: tests/unit/http/test_server.py).
     reply = raw_request(gateway, b"abc\x01def")
     assert reply.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), reply[:300]
 
@@ -310,7 +310,7 @@ def test_cr_lf_in_a_header_is_refused_by_the_http_parser(
 ) -> None:
     """uvicorn's parser (httptools and h11 alike) answers 400 before the app runs.
 
-    That 400 is the protocol's envelope (gateway/http_protocol.py): the request never
+    That 400 is the protocol's envelope (gateway/http/server.py): the request never
     reaches the gateway's code (nothing is read, nothing stored). ``a\r\nX-Injected: 1``
     is two headers on the wire, the first one ending at the CR: either way no header value
     holds a CR or LF.

@@ -8,7 +8,7 @@ import time
 import httpx
 
 from devsupport.servers import RedisProcess
-from gateway.identity import tenant_id
+from gateway.auth.identity import tenant_id
 from gateway.store.catalog import REFRESH_S
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
 from tests.support.clients import Memory, sdk

@@ -26,12 +26,12 @@ from devsupport.servers import RedisProcess, ServerThread
 from devsupport.stored import stored_log
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Tiers
-from gateway.memory.summarizer import Summarizer
 from gateway.presets import PRESETS
+from gateway.service.worker import JobRunner
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, TailMoved
-from gateway.tokens import TokenCounter
-from gateway.worker import JobRunner
+from gateway.summarize.summarizer import Summarizer
+from gateway.text.tokens import TokenCounter
 from tests.support.clients import Memory, send
 from tests.support.concurrency import all_at_once
 from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster

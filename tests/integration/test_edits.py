@@ -16,7 +16,7 @@ import openai
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
-from gateway.identity import tenant_id
+from gateway.auth.identity import tenant_id
 from gateway.service.planning import EDIT_AFTER_S
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
 from tests.support.clients import Memory, sdk

@@ -40,7 +40,7 @@ from starlette.datastructures import Headers
 
 from devsupport.gateways import build_settings, start_gateway
 from devsupport.servers import RedisProcess, ServerThread
-from gateway.identity import bearer_key, tenant_id
+from gateway.auth.identity import bearer_key, tenant_id
 from gateway.store.keys import SessionKeys
 from tests.support.envelope import assert_envelope
 from tests.support.fixtures import find_secrets, redis_dump

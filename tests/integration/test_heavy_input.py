@@ -276,7 +276,7 @@ def _send_heavy(
     # The gateway runs in the suite's process, which holds every test's leftovers: a
     # full collection there (hundreds of ms, at a moment the collector picks) would be
     # counted as the gateway's stall. A served gateway freezes what it starts with and
-    # collects rarely (gateway/collector.py); here the collector waits for the measure.
+    # collects rarely (gateway/http/gc_tuning.py); here the collector waits for the measure.
     gc.disable()
     try:
         lag = LoopLag(gateway.loop)

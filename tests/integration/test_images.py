@@ -20,9 +20,9 @@ from PIL import Image
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess
-from gateway.media import REF_PREFIX, image_tokens
+from gateway.memory.images import REF_PREFIX, image_tokens
 from gateway.store.keys import SessionKeys
-from gateway.tokens import TOKENS_PER_MESSAGE, TokenCounter
+from gateway.text.tokens import TOKENS_PER_MESSAGE, TokenCounter
 from tests.support.clients import register_content, sdk
 from tests.support.fixtures import GatewayFactory
 

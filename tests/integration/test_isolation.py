@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from devsupport.fake_upstream import SLOW_SUMMARIZER_S, FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
-from gateway.identity import tenant_id
+from gateway.auth.identity import tenant_id
 from gateway.memory.model import Message
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, UserKeys
 from gateway.store.redis_store import RedisStore

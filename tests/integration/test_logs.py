@@ -22,10 +22,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from devsupport.servers import RedisProcess, ServerThread
-from gateway.identity import tenant_id
+from gateway.auth.identity import tenant_id
 from gateway.memory.model import Message
-from gateway.request_log import JsonFormatter, RequestIdFilter
-from gateway.tokens import TokenCounter
+from gateway.observability.request_log import JsonFormatter, RequestIdFilter
+from gateway.text.tokens import TokenCounter
 from tests.support.clients import register_content, sdk
 from tests.support.fixtures import GatewayFactory, find_secrets
 from tests.support.processes import Served
@@ -180,7 +180,7 @@ def test_records_made_while_serving_carry_the_request_id(
             pass
         request_id = raw.headers[REQUEST_ID_HEADER]
     logs.access(request_id)
-    warnings = [line for line in logs.parsed() if line["logger"] == "gateway.routes.chat"]
+    warnings = [line for line in logs.parsed() if line["logger"] == "gateway.routes.memory_proxy"]
     assert [(w["level"], w["request_id"]) for w in warnings] == [("WARNING", request_id)]
     assert "before the answer ended" in warnings[0]["message"]
 

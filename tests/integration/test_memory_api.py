@@ -16,12 +16,12 @@ from devsupport.servers import RedisProcess, ServerThread, running_redis
 from gateway.errors import SummarizerUnavailable
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message
-from gateway.memory.summarizer import Summarizer
 from gateway.presets import PRESETS
+from gateway.service.worker import JobRunner
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable, create_client
-from gateway.tokens import TokenCounter
-from gateway.worker import JobRunner
+from gateway.summarize.summarizer import Summarizer
+from gateway.text.tokens import TokenCounter
 from tests.support.clients import Memory, ranges, say, sdk
 from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 from tests.support.jobs import notices, streams

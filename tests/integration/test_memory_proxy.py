@@ -16,7 +16,7 @@ from starlette.routing import Route
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
 from devsupport.stored import roles_and_text, stored_log
-from gateway.identity import tenant_id
+from gateway.auth.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
 from tests.support.clients import say, sdk
 from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster

@@ -15,7 +15,7 @@ import redis
 
 from devsupport.servers import RedisProcess, free_port, running_redis
 from gateway.memory.model import Message
-from gateway.tokens import TokenCounter
+from gateway.text.tokens import TokenCounter
 from tests.support.clients import register_content, say, sdk
 from tests.support.fixtures import GatewayFactory
 from tests.support.jobs import streams

@@ -16,8 +16,8 @@ import pytest
 from pydantic import BaseModel
 
 from devsupport.servers import ServerThread
-from gateway.openapi import OPERATIONS, Operation
 from gateway.routes import schemas
+from gateway.routes.openapi import OPERATIONS, Operation
 from tests.support.clients import Memory, say, sdk
 from tests.support.fixtures import GatewayFactory
 

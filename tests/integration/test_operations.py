@@ -18,9 +18,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from devsupport.servers import RedisProcess, ServerThread, free_port, running_redis
-from gateway import metrics
 from gateway.cli import main
 from gateway.config import ConfigError, parse_settings
+from gateway.observability import metrics
 from tests.support.clients import say, sdk
 from tests.support.fixtures import GatewayFactory
 from tests.support.metrics import moved, scrape

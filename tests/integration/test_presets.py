@@ -12,7 +12,7 @@ import httpx
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import ServerThread
-from gateway.tokens import TokenCounter
+from gateway.text.tokens import TokenCounter
 from tests.support.clients import ranges
 from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 

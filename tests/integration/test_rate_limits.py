@@ -15,10 +15,10 @@ import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
-from gateway.auth import Caller, key_id
+from gateway.auth.authenticator import Caller, key_id
 from gateway.config import parse_settings
 from gateway.errors import TooManyRequests
-from gateway.rate_limits import REFUSAL_MEMO_S, LimitPolicy, RateLimiter
+from gateway.http.rate_limits import REFUSAL_MEMO_S, LimitPolicy, RateLimiter
 from gateway.store.redis_store import RedisStore
 from tests.support.fixtures import USED_KEYS, GatewayFactory
 from tests.support.waiting import wait_for

@@ -20,15 +20,15 @@ import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess
+from gateway.auth.identity import Identity, MemoryMode
 from gateway.config import MemoryConfig
-from gateway.identity import Identity, MemoryMode
 from gateway.memory.jobs import schedule
 from gateway.memory.model import Message
 from gateway.presets import PRESETS
 from gateway.service.memory_service import MemoryService
 from gateway.service.turn import session_keys
 from gateway.store.redis_store import RedisStore
-from gateway.tokens import TokenCounter
+from gateway.text.tokens import TokenCounter
 from tests.support.clients import Memory, import_all, register_content, say, sdk
 from tests.support.jobs import notices, notices_withdrawn
 

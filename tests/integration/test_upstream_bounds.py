@@ -22,8 +22,8 @@ from devsupport.gateways import build_settings
 from devsupport.servers import RedisProcess, ServerThread
 from devsupport.stored import stored_log
 from gateway import offload
-from gateway.proxy.answer_tokens import COUNTED_CHARS
-from gateway.tokens import TokenCounter
+from gateway.service.answer_tokens import COUNTED_CHARS
+from gateway.text.tokens import TokenCounter
 from gateway.wiring import build_clients
 from tests.support.fixtures import GatewayFactory
 from tests.support.waiting import reached

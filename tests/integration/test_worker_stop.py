@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from devsupport.servers import RedisProcess, running_redis
-from gateway.memory.summarizer import Summarizer
 from gateway.presets import PRESETS
+from gateway.service.worker import JobRunner, Worker
 from gateway.store.keys import JOB_GROUP, job_stream
 from gateway.store.redis_store import RedisStore, create_client
-from gateway.tokens import TokenCounter
-from gateway.worker import JobRunner, Worker
+from gateway.summarize.summarizer import Summarizer
+from gateway.text.tokens import TokenCounter
 
 SHARDS = 4
 

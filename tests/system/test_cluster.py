@@ -35,7 +35,7 @@ from devsupport.invariants import (
 )
 from devsupport.servers import ServerThread
 from devsupport.stored import log_of
-from gateway.identity import tenant_id
+from gateway.auth.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys, job_shard, job_stream
 from tests.support.clients import Memory, sdk, send
 from tests.support.concurrency import all_at_once

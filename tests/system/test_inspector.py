@@ -18,8 +18,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
+from gateway.auth.identity import tenant_id
 from gateway.config import ConfigError, parse_settings
-from gateway.identity import tenant_id
 from gateway.store.keys import TENANT_SECRET_KEY
 from tests.support.clients import Memory, say, sdk
 from tests.support.fixtures import GatewayFactory

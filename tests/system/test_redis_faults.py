@@ -239,7 +239,7 @@ def test_aof_loses_no_acknowledged_turn_to_a_sigkill_under_load(
 ) -> None:
     # What "acknowledged" means: a non-streaming answer carries X-Memory-Status: ok only
     # when the record (the atomic append of user + answer, then the job notices) returned
-    # before the response was sent (routes/chat.py awaits it; a failed record turns the
+    # before the response was sent (routes/memory_proxy.py awaits it; a failed record turns the
     # header to degraded). A streamed answer's headers leave before its record, so only
     # non-streaming answers count here.
     #

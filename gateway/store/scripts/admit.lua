@@ -1,4 +1,4 @@
--- ADMIT: a rate-limited request admitted or refused (``gateway.rate_limits``).
+-- ADMIT: a rate-limited request admitted or refused (``gateway.http.rate_limits``).
 --
 -- KEYS: per scope (the tenant, the key), five keys: requests in the previous and the
 -- current minute, tokens in the previous and the current minute, the in-flight set.

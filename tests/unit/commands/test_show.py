@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.commands.show import bar, ranges
-from gateway.present import ago, human_bytes, message_text
+from gateway.ui.present import ago, human_bytes, message_text
 
 
 def test_ranges() -> None:

@@ -26,7 +26,7 @@ from gateway.presets import (
     RollingTier,
     WindowTier,
 )
-from gateway.tokens import TokenCounter
+from gateway.text.tokens import TokenCounter
 
 
 def count(text: str) -> int:

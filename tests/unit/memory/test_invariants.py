@@ -51,7 +51,7 @@ from gateway.presets import (
     TierName,
     WindowTier,
 )
-from gateway.tokens import TokenCounter
+from gateway.text.tokens import TokenCounter
 
 Count = Callable[[str], int]
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletionMessage
 
+from gateway.dialects.chat.accumulate import StreamAccumulator, message_from_completion
 from gateway.memory.model import Message, SessionState
 from gateway.memory.reconcile import reconcile
-from gateway.proxy.accumulate import StreamAccumulator, message_from_completion
 
 
 def test_a_stored_message_parses_back_with_its_place() -> None:

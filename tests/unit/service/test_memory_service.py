@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gateway.auth.identity import Identity, MemoryMode
 from gateway.config import MemoryConfig
-from gateway.identity import Identity, MemoryMode
 from gateway.memory.block import MEMORY_HEADER
 from gateway.memory.model import Message, Pin, SessionState, Summary, Tiers
 from gateway.service.memory_service import MemoryService
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import Loaded, LogSlice, Recorded, TailMoved
-from gateway.tokens import TokenCounter
+from gateway.text.tokens import TokenCounter
 
 
 class CountingTokens(TokenCounter):

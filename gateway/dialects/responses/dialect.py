@@ -1,0 +1,145 @@
+"""The Responses API dialect: ``input`` items in, ``output`` items out, typed events.
+
+What is stored: the ``input``'s messages, function calls and their outputs, and the
+answer's ``output`` (``responses_items``). ``instructions`` is the client's prompt: it is
+forwarded as sent and never stored, as a chat request's system message is not.
+
+``previous_response_id`` and ``conversation`` name a conversation the upstream holds.
+With memory on, the gateway's memory is the conversation: they are removed from the
+forwarded body (the upstream would otherwise add its own copy of the history to the
+context the gateway built) and the access line says so. ``store`` is forwarded as sent:
+it decides only whether the upstream keeps its own copy of the response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway import codec, offload
+from gateway.dialects.chat.request import (
+    MAX_MODEL_LENGTH,
+    MessageLimits,
+    MessageShape,
+    check_message_sizes,
+    check_tool_results,
+    parse_json,
+)
+from gateway.dialects.responses.items import (
+    Anchor,
+    check_function_calls,
+    items_from_messages,
+    message_from_output,
+    messages_from_input,
+)
+from gateway.dialects.responses.watch import ResponsesWatch, chat_usage
+from gateway.errors import InvalidRequest
+from gateway.memory.model import Message
+from gateway.observability import request_log
+
+# Fields that make the upstream add a conversation it holds to the context.
+UPSTREAM_HISTORY = ("previous_response_id", "conversation")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesRequest:
+    """A parsed Responses request; ``passengers``: its items that are forwarded only."""
+
+    body: dict[str, Any]  # the client's JSON, forwarded with ``input`` replaced
+    model: str
+    messages: tuple[Message, ...]
+    stream: bool
+    passengers: tuple[tuple[Anchor | None, tuple[dict[str, Any], ...]], ...] = ()
+
+    def forwarded(self, context: Sequence[dict[str, Any]]) -> bytes:
+        dropped = [name for name in UPSTREAM_HISTORY if self.body.get(name) is not None]
+        if dropped:
+            request_log.note(upstream_history_dropped=",".join(dropped))
+        body = {k: v for k, v in self.body.items() if k not in UPSTREAM_HISTORY}
+        body["input"] = items_from_messages(context, self.passengers)
+        return codec.dumps(body)
+
+
+def _check_fields(body: dict[str, Any]) -> tuple[str, bool]:
+    model = body.get("model")
+    if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_LENGTH:
+        raise InvalidRequest(
+            f"model: must be a string of 1 to {MAX_MODEL_LENGTH} characters", param="model"
+        )
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("stream: must be a boolean", param="stream")
+    if "input" not in body:
+        raise InvalidRequest("input: required", param="input")
+    for name in UPSTREAM_HISTORY:
+        value = body.get(name)
+        if value is not None and not isinstance(value, (str, dict)):
+            raise InvalidRequest(f"{name}: must be a string or an object", param=name)
+    return model, bool(stream)
+
+
+def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesRequest:
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    model, stream = _check_fields(body)
+    items = body["input"]
+    if isinstance(items, list) and len(items) > limits.max_messages:
+        raise InvalidRequest(
+            f"input: {len(items)} items, more than the {limits.max_messages} one request may hold",
+            param="input",
+            code="too_many_messages",
+        )
+    converted = messages_from_input(items)
+    if not converted.messages:
+        raise InvalidRequest("input must hold at least one message", param="input")
+    for n, message in enumerate(converted.messages):
+        # What is stored is held to the chat proxy's rules: a shape that passes here may
+        # be sent again, through either API, on every later turn.
+        try:
+            MessageShape.model_validate(message.to_openai())
+        except ValidationError as error:
+            problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+            param = converted.item(n)
+            raise InvalidRequest(f"{param}: {problem}", param=param) from None
+    check_message_sizes([m.to_openai() for m in converted.messages], limits, converted.field)
+    try:
+        check_tool_results(converted.messages, None)
+    except InvalidRequest:
+        raise InvalidRequest(
+            "input: a function_call_output answers no function_call of the items before it",
+            param="input",
+        ) from None
+    check_function_calls(items)
+    return ResponsesRequest(body, model, converted.messages, stream, converted.passengers)
+
+
+class ResponsesDialect:
+    name = "responses"
+
+    async def parse(self, raw: bytes, limits: MessageLimits) -> ResponsesRequest:
+        return await offload.sized(len(raw), parse_responses_request, raw, limits)
+
+    def requested_output(self, body: Mapping[str, Any]) -> int | None:
+        value = body.get("max_output_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        return None
+
+    def answer(self, body: Any) -> Message | None:
+        """A whole response's answer: only a completed one (not failed, not incomplete)."""
+        if not isinstance(body, dict) or body.get("status") != "completed":
+            return None
+        return message_from_output(body.get("output"))
+
+    def usage(self, body: Any) -> Any:
+        return chat_usage(body.get("usage")) if isinstance(body, dict) else None
+
+    def watch(self) -> ResponsesWatch:
+        return ResponsesWatch()
+
+
+RESPONSES = ResponsesDialect()

@@ -1,0 +1,211 @@
+"""Watching a relayed Responses event stream (pure): did it complete, and what was said?
+
+The client gets the upstream's bytes untouched. The answer is taken from the
+``response.completed`` event's ``response.output`` (the upstream's own assembly, function
+calls included); the text deltas are kept only to count what was relayed when the stream
+did not complete. ``response.failed``, ``response.incomplete`` and ``error`` end the
+stream without an answer to record. As for chat (``dialects/chat/watch.py``), a stream with a
+payload that is not JSON, bytes that are not UTF-8 or an event too long to hold is not
+recorded: nobody read that answer whole.
+
+Memory is bounded by what the watch is fed (the upstream client ends a stream at
+``upstream.max_response_bytes``): the deltas' text, and the completed event, which
+repeats the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway import codec
+from gateway.dialects.responses.items import message_from_output
+from gateway.memory.model import Message
+from gateway.upstream.sse import SSEDecoder
+
+# The completed event holds the whole answer; ``upstream.max_response_bytes`` (32 MiB by
+# default) bounds it before this does.
+MAX_EVENT_CHARS = 64 << 20
+COMPLETED = "response.completed"
+# Events after which nothing will be recorded.
+FAILED = frozenset({"response.failed", "response.incomplete", "error"})
+
+
+def chat_usage(usage: Any) -> dict[str, Any] | None:
+    """A Responses ``usage`` in chat terms (what metrics and rate limits read)."""
+    if not isinstance(usage, dict):
+        return None
+    return {
+        "prompt_tokens": usage.get("input_tokens"),
+        "completion_tokens": usage.get("output_tokens"),
+        "total_tokens": usage.get("total_tokens"),
+    }
+
+
+def error_event(message: str, code: str, sequence_number: int) -> bytes:
+    """An ``error`` event as the Responses API sends one (the SDK yields it as
+    ``ResponseErrorEvent``)."""
+    data = {
+        "type": "error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "sequence_number": sequence_number,
+    }
+    return b"event: error\ndata: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+class ResponsesWatch:
+    def __init__(self) -> None:
+        self._decoder = SSEDecoder(max_event_chars=MAX_EVENT_CHARS)
+        self._text: list[str] = []
+        self._answer: Message | None = None
+        self._completed = False
+        self._failed = False
+        self._usage: dict[str, Any] | None = None
+        self._sequence = -1
+        self.malformed = 0
+
+    def feed(self, chunk: bytes) -> None:
+        for event in self._decoder.feed(chunk):
+            self._add(event.data)
+
+    def close(self) -> None:
+        for event in self._decoder.close():
+            self._add(event.data)
+
+    def _add(self, data: str) -> None:
+        if data.strip() == "[DONE]":
+            return  # some OpenAI-compatible servers end the event stream as chat does
+        try:
+            event = codec.loads(data)
+        except ValueError:
+            self.malformed += 1
+            return
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            self.malformed += 1
+            return
+        number = event.get("sequence_number")
+        if isinstance(number, int) and not isinstance(number, bool):
+            self._sequence = max(self._sequence, number)
+        kind = event["type"]
+        if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
+            self._text.append(event["delta"])
+        elif kind == COMPLETED:
+            response = event.get("response")
+            if not isinstance(response, dict):
+                self.malformed += 1
+                return
+            self._completed = True
+            self._answer = message_from_output(response.get("output"))
+            self._usage = chat_usage(response.get("usage"))
+        elif kind in FAILED:
+            self._failed = True
+
+    @property
+    def done(self) -> bool:
+        return self._completed
+
+    @property
+    def ended(self) -> bool:
+        return self._completed or self._failed
+
+    @property
+    def unreadable(self) -> bool:
+        return self._decoder.damaged or self.malformed > 0
+
+    @property
+    def recordable(self) -> bool:
+        return (
+            self._completed
+            and not self._failed
+            and self._answer is not None
+            and not self.unreadable
+        )
+
+    def message(self) -> Message:
+        if self._answer is not None:
+            return self._answer
+        return Message(role="assistant", content="".join(self._text))
+
+    @property
+    def usage(self) -> Any:
+        return self._usage
+
+    def split(self, chunk: bytes) -> tuple[bytes, bytes]:
+        return split_at_completed(chunk)
+
+    def hold(self, chunk: bytes) -> tuple[bytes, bytes]:
+        return split_at_last_event(chunk)
+
+    def error_event(self, message: str, type_: str, code: str) -> bytes:
+        return error_event(message, code, self._sequence + 1)
+
+
+def _line_start(chunk: bytes, at: int) -> int:
+    return max(chunk.rfind(b"\n", 0, at), chunk.rfind(b"\r", 0, at)) + 1
+
+
+def _event_start(chunk: bytes, line: int) -> int:
+    """Where the event holding the line at ``line`` starts: after the blank line before
+    it (or at the chunk's start, when the event began in an earlier chunk)."""
+    while line > 0:
+        end = line - 1  # the previous line's terminator
+        if chunk[end] == 0x0A and end > 0 and chunk[end - 1] == 0x0D:
+            end -= 1
+        previous = _line_start(chunk, end)
+        if previous == end:
+            return line  # a blank line: the event starts here
+        line = previous
+    return 0
+
+
+def _is_completed_line(line: bytes) -> bool:
+    if line.startswith(b"event:"):
+        return line[6:].strip() == b"response.completed"
+    if not line.startswith(b"data:"):
+        return False
+    head = line[5:].lstrip()
+    # The event's own type, first as OpenAI writes it: a "response.completed" anywhere else
+    # (in an answer's text) is quoted with escaped quotes, never this.
+    return head.startswith((b'{"type":"response.completed"', b'{"type": "response.completed"'))
+
+
+# How an event ends: a blank line, whichever line endings the stream uses.
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n")
+
+
+def split_at_last_event(chunk: bytes) -> tuple[bytes, bytes]:
+    """The chunk's whole events, and the event begun after them (held back).
+
+    The completed event repeats the whole answer, so it often spans chunks: were its
+    beginning relayed before the record, an error event sent instead of its end would
+    be read by the client as part of it. A client acts on an event only once it ends,
+    so holding back its beginning delays nothing the client could use.
+    """
+    end = 0
+    for ending in _EVENT_ENDS:
+        at = chunk.rfind(ending)
+        if at != -1:
+            end = max(end, at + len(ending))
+    return chunk[:end], chunk[end:]
+
+
+def split_at_completed(chunk: bytes) -> tuple[bytes, bytes]:
+    """The bytes before the ``response.completed`` event, and the rest from it on.
+
+    When the event began in an earlier chunk (or is not recognised in this one), the
+    whole chunk is the rest: held back with the event, which is only later, never wrong.
+    """
+    at = chunk.find(b"response.completed")
+    while at != -1:
+        line = _line_start(chunk, at)
+        end = min(
+            (i for i in (chunk.find(b"\n", at), chunk.find(b"\r", at)) if i != -1),
+            default=len(chunk),
+        )
+        if _is_completed_line(chunk[line:end]):
+            start = _event_start(chunk, line)
+            return chunk[:start], chunk[start:]
+        at = chunk.find(b"response.completed", at + 1)
+    return b"", chunk

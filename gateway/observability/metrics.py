@@ -1,0 +1,373 @@
+"""Prometheus metrics: the metric objects, the request timer, and the helpers that feed them.
+
+Multi-process: when ``PROMETHEUS_MULTIPROC_DIR`` is set *before this module is imported*,
+prometheus_client keeps every value in a file of that directory, one set per process, and
+a scrape (``exposition``) sums them with ``MultiProcessCollector``. Several workers (``serve
+--workers N``) or several gateways on one host then answer every scrape with the same,
+whole-fleet totals. Without the variable the values live in this process's memory.
+
+Labels are bounded by construction: a route is its template ("/memory/sessions/{sid}"),
+never the path; no label ever holds a tenant, a session id, a key or any content.
+
+Latency definitions (all seconds, ``time.perf_counter``):
+* upstream "headers": the upstream request sent -> its response headers received;
+* upstream "total": the upstream request sent -> the last byte relayed to the client;
+* added: request received -> response headers sent to the client, minus the upstream's
+  share of that interval (its time to headers, or to the whole body when the gateway
+  buffers a non-streaming answer). Observed only for requests that reached the upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.compat.starlette import matched_path
+from gateway.observability import request_log
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# The process's own registry (not prometheus_client's global one): tests and embedders
+# that build several apps in one process never collide on registration.
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_FAST = (0.0001, 0.00025, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01)
+_SLOW = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+REQUESTS = Counter(
+    "memory_gateway_requests",
+    "HTTP requests answered, by route template, method and status",
+    ["route", "method", "status"],
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "memory_gateway_requests_in_flight",
+    "Requests being served now (summed over live processes)",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+ADDED_LATENCY = Histogram(
+    "memory_gateway_added_latency_seconds",
+    "Time the gateway adds before the client gets response headers (upstream time excluded)",
+    ["route"],
+    buckets=_FAST + _SLOW[:4],
+    registry=REGISTRY,
+)
+UPSTREAM = Histogram(
+    "memory_gateway_upstream_seconds",
+    'Upstream time: phase="headers" to response headers, "total" to the last byte relayed',
+    ["route", "phase"],
+    buckets=_FAST[4:] + _SLOW,
+    registry=REGISTRY,
+)
+REDIS = Histogram(
+    "memory_gateway_redis_seconds",
+    "Time of one store call (one round trip, or one bounded sequence), by store operation",
+    ["op"],
+    buckets=_FAST + _SLOW[:7],
+    registry=REGISTRY,
+)
+CLIENT_TOKENS = Counter(
+    "memory_gateway_client_tokens",
+    "Tokens of the messages clients sent on memory requests (the saving: minus forwarded)",
+    registry=REGISTRY,
+)
+FORWARDED_TOKENS = Counter(
+    "memory_gateway_forwarded_tokens",
+    "Tokens of the context the gateway forwarded upstream on memory requests",
+    registry=REGISTRY,
+)
+DEGRADED = Counter(
+    "memory_gateway_degraded_requests",
+    "Requests served without (part of) their memory, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+STREAM_ERRORS = Counter(
+    "memory_gateway_stream_errors",
+    "Streams that ended with an in-band error event after a 200, by error code",
+    ["code"],
+    registry=REGISTRY,
+)
+# Requests sent again within a smaller budget after the upstream refused their context as
+# longer than the model's window: many of them say a ``models:`` entry is due.
+CONTEXT_RETRIES = Counter(
+    "memory_gateway_context_retries",
+    "Requests retried once with a smaller context after the upstream's context_length_exceeded",
+    registry=REGISTRY,
+)
+JOBS_FAILED = Counter(
+    "memory_gateway_jobs_failed",
+    "Summary jobs that did not run to a result, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+# Every question put to the summarizer's model, by what came of it: "ok" (its answer
+# was used), "rejected" (it answered, summary_rules refused the answer), "failed" (the
+# call failed or timed out), "fallback" (no model configured). All but "ok" end in the
+# model-free summary, which a small model can make the usual case: this shows it.
+SUMMARIES = Counter(
+    "memory_gateway_summaries",
+    "Summarizer model questions by outcome (ok, rejected, failed, fallback)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+SUMMARY_OUTCOMES = ("ok", "rejected", "failed", "fallback")
+for _outcome in SUMMARY_OUTCOMES:  # each shown from the start, at 0: a rate needs a series
+    SUMMARIES.labels(_outcome)
+
+# Child objects by label values: ``labels()`` validates and locks on every call, a dict
+# lookup does not. The label values are bounded, so are these.
+_children: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Any, *values: str) -> Any:
+    key = (metric, *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
+
+
+def degraded(reason: str) -> None:
+    _child(DEGRADED, reason).inc()
+
+
+def stream_error(code: str) -> None:
+    _child(STREAM_ERRORS, code).inc()
+
+
+def context_retry() -> None:
+    CONTEXT_RETRIES.inc()
+
+
+def job_failed(reason: str) -> None:
+    _child(JOBS_FAILED, reason).inc()
+
+
+def summary_outcome(outcome: str) -> None:
+    _child(SUMMARIES, outcome).inc()
+
+
+# --- Redis calls ---
+
+_op_names: dict[str, str] = {}
+
+
+def _op_name(call: Callable[..., Any]) -> str:
+    """A store call's operation: the RedisStore method it was made in.
+
+    ``RedisStore.load.<locals>.build`` -> "load"; a bound client method (``ping``) -> its
+    own name. A private wrapper's closure (``_pipeline``'s ``run``) is named after the
+    function it wraps, the builder a public method passed in. Derived from code, so
+    bounded and never data.
+    """
+    qualname = getattr(call, "__qualname__", None) or type(call).__name__
+    name = _op_names.get(qualname)
+    if name is None:
+        name = _op_names[qualname] = qualname.split(".<locals>")[0].rsplit(".", 1)[-1]
+    if name.startswith("_"):
+        for cell in getattr(call, "__closure__", None) or ():
+            inner = cell.cell_contents
+            if callable(inner) and ".<locals>." in getattr(inner, "__qualname__", ""):
+                return _op_name(inner)
+    return name
+
+
+def redis_call(call: Callable[..., Any], started: float) -> None:
+    redis_op(_op_name(call), started)
+
+
+def redis_op(op: str, started: float) -> None:
+    """A store call's time; ``op``: the store operation (a name from code, never data)."""
+    _child(REDIS, op).observe(time.perf_counter() - started)
+
+
+# --- tokens ---
+
+
+def tokens(client: int, forwarded: int) -> None:
+    CLIENT_TOKENS.inc(client)
+    FORWARDED_TOKENS.inc(forwarded)
+
+
+# --- per-request timing ---
+
+_TIMER_KEY = "memory_gateway.timer"
+
+
+class RequestTimer:
+    """When a request reached the gateway and when its upstream call started and answered."""
+
+    __slots__ = ("received", "upstream_ready", "upstream_started")
+
+    def __init__(self) -> None:
+        self.received = time.perf_counter()
+        self.upstream_started = 0.0
+        self.upstream_ready = 0.0  # headers, or the whole body when the gateway buffers it
+
+    def upstream_sent(self) -> None:
+        self.upstream_started = time.perf_counter()
+
+    def upstream_answered(self) -> None:
+        self.upstream_ready = time.perf_counter()
+
+
+_NO_TIMER = RequestTimer()  # requests the middleware does not see (metrics switched off)
+
+
+def timer(scope: Scope) -> RequestTimer:
+    timer: RequestTimer = scope.get(_TIMER_KEY, _NO_TIMER)
+    return timer
+
+
+class MetricsMiddleware:
+    """Per request: its id, its metrics, and its access line; one pure-ASGI layer for all.
+
+    The request id (the client's valid ``X-Request-Id``, else a new one) is set for the
+    request's tasks (``request_log``) and returned on every response as
+    ``X-Gateway-Request-Id``. When the response is complete (a stream: after its last
+    byte) the request is counted and timed (``metrics``) and its line is logged on
+    ``gateway.access`` (``access_log``).
+    """
+
+    def __init__(self, app: ASGIApp, *, metrics: bool = True, access_log: bool = True) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_timer = scope[_TIMER_KEY] = RequestTimer()
+        access_log = self.access_log
+        entry, token = request_log.begin(scope["headers"], logged=access_log)
+        status = 0
+        headers_sent = 0.0
+        response: dict[str, str] = {}
+
+        async def watched_send(message: Message) -> None:
+            nonlocal status, headers_sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers_sent = time.perf_counter()
+                message["headers"] = _with_request_id(
+                    message.get("headers") or (), entry, response if access_log else None
+                )
+            await send(message)
+
+        if self.metrics:
+            IN_FLIGHT.inc()
+        try:
+            await self.app(scope, receive, watched_send)
+        except BaseException:
+            status = status or 500
+            raise
+        finally:
+            try:
+                if self.metrics:
+                    IN_FLIGHT.dec()
+                    _observe(scope, request_timer, status or 499, headers_sent)
+                if access_log and request_log.ACCESS.isEnabledFor(logging.INFO):
+                    if entry.pending:  # a count off the loop the line needs (wait_for)
+                        await request_log.settle(entry)
+                    _log_access(scope, entry, request_timer, status or 499, headers_sent, response)
+            finally:
+                request_log.end(token)
+
+
+def _route(scope: Scope) -> str:
+    return matched_path(scope) or "unmatched"
+
+
+def _observe(scope: Scope, request_timer: RequestTimer, status: int, headers_sent: float) -> None:
+    route = _route(scope)
+    _child(REQUESTS, route, scope["method"], str(status)).inc()
+    started, ready = request_timer.upstream_started, request_timer.upstream_ready
+    if not started:
+        return
+    ended = time.perf_counter()
+    _child(UPSTREAM, route, "total").observe(ended - started)
+    if ready:
+        _child(UPSTREAM, route, "headers").observe(ready - started)
+        if headers_sent:
+            added = headers_sent - request_timer.received - (ready - started)
+            _child(ADDED_LATENCY, route).observe(max(added, 0.0))
+
+
+# Response headers the access line reports: the upstream's id for the request (OpenAI's
+# ``x-request-id``, relayed unchanged) and the memory status the client was told.
+_LOGGED_HEADERS = {b"x-request-id": "upstream_request_id", b"x-memory-status": "memory_status"}
+
+
+def _with_request_id(
+    headers: Any, entry: request_log.RequestLog, logged: dict[str, str] | None
+) -> list[tuple[bytes, bytes]]:
+    """The response's headers with the request id added (one relayed from an upstream
+    gateway would name another request: dropped); the logged ones read on the way."""
+    out = []
+    for name, value in headers:
+        if name == request_log.RESPONSE_HEADER:
+            continue
+        if logged is not None:
+            field = _LOGGED_HEADERS.get(name)
+            if field is not None:
+                logged[field] = value[:128].decode("latin-1")
+        out.append((name, value))
+    out.append((request_log.RESPONSE_HEADER, entry.header))
+    return out
+
+
+def _log_access(
+    scope: Scope,
+    entry: request_log.RequestLog,
+    request_timer: RequestTimer,
+    status: int,
+    headers_sent: float,
+    response: dict[str, str],
+) -> None:
+    """The access line, with the timings the metrics observe (in milliseconds)."""
+    ended = time.perf_counter()
+    line: dict[str, Any] = {
+        "request_id": entry.request_id,
+        "method": scope["method"],
+        "route": _route(scope),
+        "status": status,
+        "duration_ms": round((ended - request_timer.received) * 1000, 3),
+    }
+    started, ready = request_timer.upstream_started, request_timer.upstream_ready
+    if started:
+        if ready and headers_sent:
+            added = headers_sent - request_timer.received - (ready - started)
+            line["added_ms"] = round(max(added, 0.0) * 1000, 3)
+        line["upstream_ms"] = round((ended - started) * 1000, 3)
+    request_log.access_line(entry, line, response)
+
+
+# --- exposition ---
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def exposition(extra: CollectorRegistry | None = None) -> bytes:
+    """The text a scrape gets: every process's metrics (multi-process mode) or this one's,
+    then ``extra`` (values read at scrape time)."""
+    path = multiprocess_dir()
+    if path is not None:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        text = generate_latest(registry)
+    else:
+        text = generate_latest(REGISTRY)
+    return text + (generate_latest(extra) if extra is not None else b"")
