@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -95,7 +96,7 @@ def _allowed_methods(request: Request) -> str:
 
 async def _client_left(request: Request, exc: Exception) -> Response:
     # The client left before its body was whole, or was cut off at the body's deadline
-    # (http_protocol answered it 408): no one to answer, and nothing unexpected.
+    # (http/server.py answered it 408): no one to answer, and nothing unexpected.
     return Response(status_code=CLIENT_CLOSED)
 
 
@@ -121,6 +122,12 @@ class _Gateway(OutermostStarlette):
         return MetricsMiddleware(app, **self._request_options)
 
 
+def _interval_clock(clock: Callable[[], float]) -> Callable[[], float]:
+    """The clock of intervals (caches, verdicts' lifetimes): ``time.monotonic`` beside
+    the real wall clock, which may jump; a test's clock stands for both."""
+    return time.monotonic if clock is time.time else clock
+
+
 def create_app(
     settings: Settings,
     *,
@@ -131,6 +138,7 @@ def create_app(
     embedder: Embedder | None = None,
     vectors: StaticEmbedder | None = None,
     resources: AbstractAsyncContextManager[object] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Starlette:
     """The ASGI app.
 
@@ -139,16 +147,18 @@ def create_app(
     shutdown: the caller's processes and clients (the embedded Redis, say) live exactly
     as long as the server does, whichever way the server is stopped. ``vectors`` gives
     recall the meaning of words (``embedder.StaticEmbedder``); without it recall matches
-    words only.
+    words only. ``clock`` is the time every part of the app reads (a test's own steps it).
     """
+    intervals = _interval_clock(clock)
     tenants = Tenants(store, settings.server.tenant_secret)
-    registry = KeyRegistry(settings.auth)
+    registry = KeyRegistry(settings.auth, clock)
     auth = Authenticator(
         settings.auth,
         tenants=tenants,
         registry=registry,
         upstream_api_key=settings.upstream.api_key,
         check_upstream=upstream.accepts_key,
+        clock=intervals,
     )
     passthrough = Passthrough(
         upstream, auth, settings.upstream.passthrough_paths(settings.auth.mode == "keys")
@@ -166,16 +176,22 @@ def create_app(
             archives=archives,
             models=settings.models,
             max_request_bytes=settings.upstream.max_request_bytes,
+            clock=clock,
         )
 
     memory = memory_on(store)
     chat = MemoryProxy(
-        settings, upstream=upstream, memory=memory, auth=auth, passthrough=passthrough
+        settings,
+        upstream=upstream,
+        memory=memory,
+        auth=auth,
+        passthrough=passthrough,
+        clock=clock,
     )
     # The memory API is an operator's tool, not the request path: it uses the jobs'
     # store, whose deadline is seconds, not the proxy's 100 ms.
     api_memory = memory_on(runner.store)
-    operations = SessionOperations(api_memory, runner)
+    operations = SessionOperations(api_memory, runner, clock)
     memory_api = MemoryAPI(
         operations, auth, max_body_bytes=settings.server.max_body_bytes, limits=settings.server
     )
@@ -236,6 +252,7 @@ def create_app(
             auth=auth,
             passthrough=passthrough,
             dialect=RESPONSES,
+            clock=clock,
         )
         routes.append(Route("/v1/responses", responses.handle, methods=["POST"]))
     routes += [
@@ -248,14 +265,14 @@ def create_app(
     if settings.server.metrics:
         # The backlog is read with the jobs' store: a scrape never takes the request
         # path's connections.
-        scrape = MetricsEndpoint(runner.store, settings.server.metrics_token)
+        scrape = MetricsEndpoint(runner.store, settings.server.metrics_token, clock=intervals)
         routes.append(Route("/metrics", scrape.handle, methods=["GET"]))
     if settings.auth.admin_key is not None:
-        routes += AdminAPI(settings.auth, gateway_keys, registry).routes()
+        routes += AdminAPI(settings.auth, gateway_keys, registry, clock).routes()
     if settings.ui.enabled:
-        routes += Inspector(operations, settings.ui).routes()
+        routes += Inspector(operations, settings.ui, clock).routes()
     # Rate limits (``limits``): not installed at all when none is configured.
-    limiter = rate_limiter(settings, store)
+    limiter = rate_limiter(settings, store, clock)
     middleware = []
     if settings.server.cors.allow_origins:
         # Outside the rate limits: a browser's preflight is answered here, never counted

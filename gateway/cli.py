@@ -77,7 +77,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
 
 def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
     # httptools, with the head bounded by server.max_header_bytes and a client's time
-    # and connections bounded (see http_protocol).
+    # and connections bounded (see http/server.py).
     # Logging as main() sets it up, in every worker process too; uvicorn's access line is
     # off: the gateway's own (gateway.access, server.access_log) replaces it.
     return {
@@ -98,7 +98,7 @@ def protocol_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for the gateway's HTTP protocol (``serve``'s, and the test
     suite's in-process gateways')."""
     return {
-        # The protocol's own bounds on a client (see http_protocol). A partial, not a
+        # The protocol's own bounds on a client (see http/server.py). A partial, not a
         # subclass made here: ``--workers`` pickles the options to each process.
         "http": functools.partial(BoundedHeadProtocol, limits=_client_limits(settings)),
         "h11_max_incomplete_event_size": settings.server.max_header_bytes,

@@ -96,7 +96,7 @@ class ServerConfig(_Section):
     # User ids on log lines at INFO: a short keyed hash (lines about one user still
     # group), or as sent.
     log_user_ids: Literal["hash", "plain"] = "hash"
-    # How long a client may hold a connection without doing its part (http_protocol): a
+    # How long a client may hold a connection without doing its part (http/server.py): a
     # request's line and headers must arrive within header_timeout_s of the connection
     # (or of their first byte), its body within body_timeout_s of them (else 408 and the
     # connection closed); a kept-alive connection idle for keepalive_s is closed; a

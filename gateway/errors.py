@@ -20,7 +20,7 @@ came. Every error reaches the client as ``{"error": {"message", "type", "param",
 
 Two failures never reach a client and are not in that tree: a background model that could
 not answer (``SummarizerUnavailable``, ``EmbeddingsUnavailable``). The model adapters in
-``proxy/`` raise them and ``memory/`` falls back on them, so they live here, below both.
+``upstream/`` raise them and ``memory/`` falls back on them, so they live here, below both.
 """
 
 from __future__ import annotations

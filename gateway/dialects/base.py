@@ -1,6 +1,6 @@
 """API dialects: what differs between the chat-completions and Responses APIs.
 
-One request pipeline (``routes/chat.MemoryProxy``) serves both. A dialect says how a
+One request pipeline (``routes/memory_proxy.MemoryProxy``) serves both. A dialect says how a
 body becomes (model, stream, messages), how the assembled context (chat-format dicts)
 becomes the forwarded body, how a whole answer is read into a ``Message``, and how a
 stream is watched for its clean end. Memory itself only ever sees chat-format

@@ -1,4 +1,4 @@
-"""The client edge of a whole gateway, served with ``serve``'s own options (http_protocol):
+"""The client edge of a whole gateway, served with ``serve``'s own options (http/server.py):
 read and write deadlines, the cap on one address's connections, one Date and one Server
 header, and Allow on every 405. Real sockets, a real Redis, a real upstream."""
 

@@ -15,7 +15,7 @@ import pytest
 
 from devsupport.servers import ServerThread
 from gateway.errors import REFUSAL_SPREAD_S
-from gateway.http import server as http_protocol
+from gateway.http import server as http_server
 from gateway.http.server import BoundedHeadProtocol, ClientLimits, client_address, is_trusted
 
 LIMIT = 8 * 1024
@@ -348,11 +348,11 @@ def test_past_the_cap_a_client_address_gets_429_and_others_are_still_served() ->
 
 def test_a_burst_past_the_cap_is_refused_whole_and_no_refused_request_reaches_the_app() -> None:
     """Refusals are spread over up to ``REFUSAL_SPREAD_S`` and paced over loop turns
-    (http_protocol._refuse_spread); meanwhile what a refused client sends is not read:
+    (http_server._refuse_spread); meanwhile what a refused client sends is not read:
     its request must never run, and the connections within the cap are served."""
     events.clear()
     # More than may wait out the spread: the rest are answered at once, paced.
-    count = http_protocol.SPREAD_REFUSALS + 5 * http_protocol.REFUSALS_PER_TURN
+    count = http_server.SPREAD_REFUSALS + 5 * http_server.REFUSALS_PER_TURN
     with limited_server() as server:
         held = [connect(server) for _ in range(CAP)]
         burst = [connect(server) for _ in range(count)]
