@@ -233,6 +233,14 @@ class FakeUpstream:
     def chat_requests(self) -> list[SeenRequest]:
         return [r for r in self.requests if r.path == "/v1/chat/completions"]
 
+    def proxied_requests(self) -> list[SeenRequest]:
+        """The chat requests a gateway forwarded for its clients: not its summarizer's.
+
+        A gateway's worker takes any pending job in its Redis, another test's too, so a
+        test that counts what was forwarded for it counts these.
+        """
+        return [r for r in self.chat_requests() if _summarizer_kind(r.json()["messages"]) is None]
+
     def last_messages(self) -> list[dict[str, Any]]:
         """The messages of the latest chat request that is not a summarizer's.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from devsupport.servers import ServerThread
@@ -32,8 +34,9 @@ def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Setti
     return parse_settings(_merge(base, overrides), environ={})
 
 
-def start_gateway(settings: Settings) -> ServerThread:
-    """The gateway as ``serve`` runs it (its HTTP protocol and client bounds), in a thread."""
-    clients = build_clients(settings, settings.redis.url)
+def start_gateway(settings: Settings, clock: Callable[[], float] = time.time) -> ServerThread:
+    """The gateway as ``serve`` runs it (its HTTP protocol and client bounds), in a thread;
+    ``clock`` is the time it reads (a test's own steps it)."""
+    clients = build_clients(settings, settings.redis.url, clock=clock)
     app = clients.create_app(settings)
     return ServerThread(app, on_stop=clients.aclose, **protocol_options(settings)).start()

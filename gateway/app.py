@@ -22,23 +22,25 @@ from gateway.auth.authenticator import watch as watch_keys
 from gateway.auth.tenancy import Tenants
 from gateway.compat.starlette import OutermostStarlette
 from gateway.config import Settings
+from gateway.dialects.chat.request import check_turn_tool_results
 from gateway.dialects.responses.dialect import RESPONSES
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
 from gateway.http.cors import cors_middleware
+from gateway.http.middleware import MetricsMiddleware
 from gateway.http.rate_limits import RateLimitMiddleware, rate_limiter
 from gateway.memory.archive import ArchiveCache
-from gateway.observability.metrics import MetricsMiddleware
 from gateway.routes.admin import AdminAPI
 from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.memory_proxy import MemoryProxy
-from gateway.routes.openapi import serve_openapi
+from gateway.routes.openapi import OpenAPIEndpoint
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.prometheus import MetricsEndpoint
 from gateway.routes.relay import CLIENT_CLOSED
 from gateway.service.memory_service import MemoryService
 from gateway.service.operations import SessionOperations
 from gateway.service.ports import Embedder
+from gateway.service.turn_service import TurnService
 from gateway.service.worker import JobRunner, Worker
 from gateway.store.durability import warn_if_not_durable
 from gateway.store.gateway_keys import GatewayKeys
@@ -122,6 +124,66 @@ class _Gateway(OutermostStarlette):
         return MetricsMiddleware(app, **self._request_options)
 
 
+def _lifespan(
+    settings: Settings,
+    *,
+    store: RedisStore,
+    job_store: RedisStore,
+    tokenizer: TokenCounter,
+    tenants: Tenants,
+    registry: KeyRegistry,
+    gateway_keys: GatewayKeys,
+    runner: JobRunner,
+    resources: AbstractAsyncContextManager[object] | None,
+) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """What runs beside the server: the caller's ``resources``, the warm-up, and the
+    background tasks (the durability check, the keys' watch, the in-process worker)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if resources is not None:
+                await stack.enter_async_context(resources)
+            # What the first requests would otherwise pay for, inside their deadlines: the
+            # token encoding (~0.4 s to load), the scripts in Redis, its connections.
+            tokenizer.warm()
+            try:
+                await tenants.load(timeout_s=2.0)
+                await store.warm(timeout_s=2.0)
+            except StoreUnavailable as error:
+                # Serve anyway (fail-open); the secret is fetched again on the next request.
+                log.warning("redis not reachable at start-up: %s", error)
+            # An external Redis may evict or forget memory (the embedded one is ours:
+            # AOF, noeviction). In the background: start-up never waits on Redis.
+            durability_check = None
+            if settings.redis.url != "embedded":
+                durability_check = asyncio.create_task(warn_if_not_durable(store.server))
+            stop = asyncio.Event()
+            # Keys made or revoked through the admin API, read by every process.
+            keys_task = None
+            if settings.auth.mode == "keys":
+                keys_task = asyncio.create_task(
+                    watch_keys(registry, gateway_keys.changed_since, stop)
+                )
+            worker_task = None
+            if settings.worker.in_process:
+                worker = Worker.from_config(job_store, runner, settings.worker)
+                worker_task = asyncio.create_task(worker.run(stop))
+            try:
+                yield
+            finally:
+                stop.set()
+                if durability_check is not None:
+                    durability_check.cancel()
+                    await asyncio.gather(durability_check, return_exceptions=True)
+                if worker_task is not None:
+                    await worker_task
+                if keys_task is not None:
+                    await keys_task
+
+    return lifespan
+
+
 def _interval_clock(clock: Callable[[], float]) -> Callable[[], float]:
     """The clock of intervals (caches, verdicts' lifetimes): ``time.monotonic`` beside
     the real wall clock, which may jump; a test's clock stands for both."""
@@ -150,7 +212,7 @@ def create_app(
     words only. ``clock`` is the time every part of the app reads (a test's own steps it).
     """
     intervals = _interval_clock(clock)
-    tenants = Tenants(store, settings.server.tenant_secret)
+    tenants = Tenants(store.server, settings.server.tenant_secret)
     registry = KeyRegistry(settings.auth, clock)
     auth = Authenticator(
         settings.auth,
@@ -180,66 +242,35 @@ def create_app(
         )
 
     memory = memory_on(store)
+
+    def turns() -> TurnService:  # one per API: its own retry ceilings and recordings
+        return TurnService(memory, auth, settings, check_turn_tool_results)
+
     chat = MemoryProxy(
-        settings,
-        upstream=upstream,
-        memory=memory,
-        auth=auth,
-        passthrough=passthrough,
-        clock=clock,
+        settings, upstream=upstream, turns=turns(), auth=auth, passthrough=passthrough
     )
-    # The memory API is an operator's tool, not the request path: it uses the jobs'
-    # store, whose deadline is seconds, not the proxy's 100 ms.
-    api_memory = memory_on(runner.store)
+    # The memory API is an operator's tool, not the request path: the same store, under
+    # the jobs' deadline (seconds, not the proxy's 100 ms), as the worker and the keys.
+    job_store = store.with_deadline(settings.worker.redis_timeout_s)
+    api_memory = memory_on(job_store)
     operations = SessionOperations(api_memory, runner, clock)
     memory_api = MemoryAPI(
         operations, auth, max_body_bytes=settings.server.max_body_bytes, limits=settings.server
     )
-    gateway_keys = GatewayKeys(runner.store)
+    gateway_keys = job_store.gateway_keys
 
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            if resources is not None:
-                await stack.enter_async_context(resources)
-            # What the first requests would otherwise pay for, inside their deadlines: the
-            # token encoding (~0.4 s to load), the scripts in Redis, its connections.
-            tokenizer.warm()
-            try:
-                await tenants.load(timeout_s=2.0)
-                await store.warm(timeout_s=2.0)
-            except StoreUnavailable as error:
-                # Serve anyway (fail-open); the secret is fetched again on the next request.
-                log.warning("redis not reachable at start-up: %s", error)
-            # An external Redis may evict or forget memory (the embedded one is ours:
-            # AOF, noeviction). In the background: start-up never waits on Redis.
-            durability_check = None
-            if settings.redis.url != "embedded":
-                durability_check = asyncio.create_task(warn_if_not_durable(store))
-            stop = asyncio.Event()
-            # Keys made or revoked through the admin API, read by every process.
-            keys_task = None
-            if settings.auth.mode == "keys":
-                keys_task = asyncio.create_task(
-                    watch_keys(registry, gateway_keys.changed_since, stop)
-                )
-            worker_task = None
-            if settings.worker.in_process:
-                worker = Worker.from_config(runner.store, runner, settings.worker)
-                worker_task = asyncio.create_task(worker.run(stop))
-            try:
-                yield
-            finally:
-                stop.set()
-                if durability_check is not None:
-                    durability_check.cancel()
-                    await asyncio.gather(durability_check, return_exceptions=True)
-                if worker_task is not None:
-                    await worker_task
-                if keys_task is not None:
-                    await keys_task
-
-    health = Health(store)
+    lifespan = _lifespan(
+        settings,
+        store=store,
+        job_store=job_store,
+        tokenizer=tokenizer,
+        tenants=tenants,
+        registry=registry,
+        gateway_keys=gateway_keys,
+        runner=runner,
+        resources=resources,
+    )
+    health = Health(store.server)
     routes = [Route("/v1/chat/completions", chat.handle, methods=["POST"])]
     if passthrough.allows("/v1/responses"):
         # The same pipeline for the Responses API (its own retry ceilings and recordings).
@@ -248,31 +279,29 @@ def create_app(
         responses = MemoryProxy(
             settings,
             upstream=upstream,
-            memory=memory,
+            turns=turns(),
             auth=auth,
             passthrough=passthrough,
             dialect=RESPONSES,
-            clock=clock,
         )
         routes.append(Route("/v1/responses", responses.handle, methods=["POST"]))
     routes += [
         Route("/v1/{path:path}", passthrough.handle, methods=ALL_METHODS),
         Route("/healthz", health.handle, methods=["GET"]),
         Route("/readyz", health.ready, methods=["GET"]),
-        Route("/openapi.json", serve_openapi, methods=["GET"]),
+        Route("/openapi.json", OpenAPIEndpoint().handle, methods=["GET"]),
         *memory_api.routes(),
     ]
     if settings.server.metrics:
-        # The backlog is read with the jobs' store: a scrape never takes the request
-        # path's connections.
-        scrape = MetricsEndpoint(runner.store, settings.server.metrics_token, clock=intervals)
+        # The backlog is read under its own short deadline (``prometheus.DEADLINE_S``).
+        scrape = MetricsEndpoint(store.queue, settings.server.metrics_token, clock=intervals)
         routes.append(Route("/metrics", scrape.handle, methods=["GET"]))
     if settings.auth.admin_key is not None:
         routes += AdminAPI(settings.auth, gateway_keys, registry, clock).routes()
     if settings.ui.enabled:
         routes += Inspector(operations, settings.ui, clock).routes()
     # Rate limits (``limits``): not installed at all when none is configured.
-    limiter = rate_limiter(settings, store, clock)
+    limiter = rate_limiter(settings, store.limits, clock)
     middleware = []
     if settings.server.cors.allow_origins:
         # Outside the rate limits: a browser's preflight is answered here, never counted

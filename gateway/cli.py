@@ -1,4 +1,5 @@
-"""``memory-gateway serve | check-config``."""
+"""``memory-gateway serve | worker | check-config``, and the operator commands of ``commands/``
+(``import | export | inspect | sessions``)."""
 
 from __future__ import annotations
 

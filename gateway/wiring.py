@@ -6,8 +6,11 @@ CLI's ``serve`` and ``worker`` commands and the integration tests build them one
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.applications import Starlette
 
@@ -15,7 +18,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.observability import metrics
 from gateway.service.worker import JobRunner
-from gateway.store.link import MAX_QUEUED_S
+from gateway.store.link import MAX_QUEUED_S, RedisLink
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.summarize.summarizer import Summarizer
 from gateway.text.embedder import StaticEmbedder
@@ -27,13 +30,16 @@ from gateway.upstream.models import UpstreamChatModel, UpstreamEmbeddings
 @dataclass
 class Clients:
     upstream: Upstream
-    store: RedisStore  # request path: short deadline
-    job_store: RedisStore  # worker and memory API jobs: longer deadline
+    # One client and one link. Calls are under the request path's deadline (100 ms); the
+    # worker's and the memory API's under ``job_store``'s (seconds).
+    store: RedisStore
+    job_store: RedisStore  # ``store.with_deadline(worker.redis_timeout_s)``: the same store
     chat_model: UpstreamChatModel
     summarizer: Summarizer
     tokenizer: TokenCounter
     embedder: UpstreamEmbeddings | None = None
     vectors: StaticEmbedder | None = None  # recall's in-process word vectors
+    clock: Callable[[], float] = time.time  # what the app and the jobs read the time from
 
     def runner(self, settings: Settings) -> JobRunner:
         # A job makes at most four summarizer calls (chunk, merge, facts; or fold + pair).
@@ -44,6 +50,7 @@ class Clients:
             settings.memory.composition,
             lease_ms=lease_ms,
             embedder=self.embedder,
+            clock=self.clock,
         )
 
     def create_app(
@@ -58,18 +65,26 @@ class Clients:
             embedder=self.embedder,
             vectors=self.vectors,
             resources=resources,
+            clock=self.clock,
         )
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
         await self.chat_model.aclose()
-        await self.store.close()
-        await self.job_store.close()
+        await self.store.close()  # the job store's client and link too: they are its
         if self.embedder is not None:
             await self.embedder.aclose()
 
 
-def build_clients(settings: Settings, redis_url: str) -> Clients:
+def build_clients(
+    settings: Settings,
+    redis_url: str,
+    *,
+    clock: Callable[[], float] = time.time,
+    link: Callable[[Any], RedisLink] = RedisLink,
+) -> Clients:
+    """The clients of ``settings``; ``clock`` is the time the app and its jobs read;
+    ``link`` makes the store's one link from its client (a test's counts round trips)."""
     retention_s = int(settings.redis.retention_days * 86400)
     request_timeout = settings.redis.timeout_ms / 1000
     job_timeout = settings.worker.redis_timeout_s
@@ -96,37 +111,36 @@ def build_clients(settings: Settings, redis_url: str) -> Clients:
     vectors = None
     if recall is not None and recall.semantic:
         vectors = StaticEmbedder.load()
+    # redis-py's own client is used off the request path only (the worker's blocking
+    # reads, CONFIG and INFO): its socket timeout leaves room for a blocking read, and
+    # for the link's allowance to a busy Redis (the link's connections have no socket
+    # timeout: each call's deadline bounds it). Its pool has room for a blocking read
+    # per shard and the jobs' own calls, besides ``redis.max_connections``.
+    worker = settings.worker
+    client = create_client(
+        redis_url,
+        timeout_s=max(request_timeout + MAX_QUEUED_S, job_timeout + worker.block_ms / 1000),
+        max_connections=settings.redis.max_connections
+        + worker.job_shards
+        + worker.concurrency * 2
+        + 4,
+        cluster=settings.redis.cluster,
+    )
+    store = RedisStore(
+        client,
+        timeout_s=request_timeout,
+        retention_s=retention_s,
+        job_shards=worker.job_shards,
+        link=link(client),
+    )
     return Clients(
         embedder=embedder,
         vectors=vectors,
         upstream=Upstream(settings.upstream),
-        store=RedisStore(
-            create_client(
-                redis_url,
-                # The link's connections have no socket timeout (its deadline bounds each
-                # call); redis-py's own, for what still uses it, leave room for the
-                # link's allowance to a busy Redis.
-                timeout_s=request_timeout + MAX_QUEUED_S,
-                max_connections=settings.redis.max_connections,
-                cluster=settings.redis.cluster,
-            ),
-            timeout_s=request_timeout,
-            retention_s=retention_s,
-            job_shards=settings.worker.job_shards,
-        ),
-        job_store=RedisStore(
-            create_client(
-                redis_url,
-                timeout_s=job_timeout + settings.worker.block_ms / 1000,
-                # A blocking read per shard, and the jobs' own calls.
-                max_connections=settings.worker.job_shards + settings.worker.concurrency * 2 + 4,
-                cluster=settings.redis.cluster,
-            ),
-            timeout_s=job_timeout,
-            retention_s=retention_s,
-            job_shards=settings.worker.job_shards,
-        ),
+        store=store,
+        job_store=store.with_deadline(job_timeout),
         chat_model=chat_model,
         summarizer=Summarizer(chat_model, tokenizer, outcome=metrics.summary_outcome),
         tokenizer=tokenizer,
+        clock=clock,
     )

@@ -1,0 +1,1 @@
+"""Who may use the gateway, and as whom: keys, tenants, identity headers."""

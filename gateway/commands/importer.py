@@ -25,8 +25,8 @@ from rich.progress import (
 )
 
 from gateway.commands import checkpoint
-from gateway.commands.checkpoint import Checkpoint
 from gateway.commands.api_client import ApiError, MemoryClient
+from gateway.commands.checkpoint import Checkpoint
 from gateway.commands.failures import CommandError, UsageError
 from gateway.commands.transcript import (
     Entry,

@@ -4,9 +4,11 @@ redis-py connects (TLS, unix sockets, AUTH, SELECT, the protocol handshake); the
 then takes the connection's transport (``StreamWriter.transport``, private in redis-py's
 connection: ``_writer``) and parses replies with hiredis, raising redis-py's own error
 classes (``BaseParser.parse_error``, in the private ``redis._parsers``: NOSCRIPT as
-``NoScriptError``, MOVED as ``MovedError``). Both are checked here against the versions
-tested: a redis-py outside that range fails at import with a clear message instead of on
-the first request.
+``NoScriptError``, MOVED as ``MovedError``). On a Redis Cluster the link routes each
+command by the slot map of redis-py's ``RedisCluster``, kept by its undocumented
+``nodes_manager`` (``SlotMap`` below). All are checked here against the versions tested:
+a redis-py outside that range fails at import with a clear message instead of on the
+first request.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 import hiredis
 import redis
 from redis._parsers import BaseParser
-from redis.exceptions import InvalidResponse
+from redis.asyncio.cluster import ClusterNode, NodesManager, RedisCluster
+from redis.exceptions import InvalidResponse, MovedError
 
 from gateway.compat.versions import require
 
@@ -28,7 +31,11 @@ TESTED = ((8, 1), (9, 0))
 VERSION = require(
     "redis",
     *TESTED,
-    uses="a connection's transport (its _writer) and redis._parsers.BaseParser.parse_error",
+    uses=(
+        "a connection's transport (its _writer), redis._parsers.BaseParser.parse_error and "
+        "RedisCluster.nodes_manager (get_node_from_slot, move_slot, initialize, "
+        "get_nodes_by_server_type)"
+    ),
 )
 
 # Where a redis-py connection keeps what it opened, and how an error reply becomes one of
@@ -37,6 +44,11 @@ if not callable(getattr(BaseParser, "parse_error", None)):  # pragma: no cover
     raise ImportError(f"redis-py {redis.__version__}: BaseParser.parse_error is gone")
 
 parse_error: Callable[[str], Exception] = BaseParser.parse_error
+
+_NODES_MANAGER = ("get_node_from_slot", "move_slot", "initialize", "get_nodes_by_server_type")
+for _name in _NODES_MANAGER:  # pragma: no cover
+    if not callable(getattr(NodesManager, _name, None)):
+        raise ImportError(f"redis-py {redis.__version__}: NodesManager.{_name} is gone")
 
 
 def reply_reader(connection: Any, incomplete: object) -> Any:
@@ -71,3 +83,34 @@ def take_transport(
     previous = transport.get_protocol()
     transport.set_protocol(protocol)
     return transport, previous
+
+
+class SlotMap:
+    """A cluster client's slot map (its private ``nodes_manager``), as the link routes by
+    it: the master of a slot, every master, a slot moved (``MOVED``), the map read again."""
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        self._cluster = cluster
+
+    @property
+    def _nodes(self) -> NodesManager:
+        return self._cluster.nodes_manager
+
+    def master_of(self, slot: int) -> ClusterNode:
+        return self._nodes.get_node_from_slot(slot)
+
+    def masters(self) -> list[ClusterNode]:
+        return self._nodes.get_nodes_by_server_type("primary")
+
+    def node_at(self, host: str, port: int) -> ClusterNode:
+        """The node at ``host``:``port`` (an ``ASK`` redirection's), known or new."""
+        known = self._nodes.get_node(host=host, port=port)
+        return known or ClusterNode(host, port, **self._nodes.connection_kwargs)
+
+    async def moved(self, error: MovedError) -> None:
+        """The map corrected from a ``MOVED`` reply."""
+        await self._nodes.move_slot(error)
+
+    async def reread(self) -> None:
+        """The map read again from the cluster (a master down: a replica promoted)."""
+        await self._nodes.initialize()

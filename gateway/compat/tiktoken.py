@@ -26,10 +26,10 @@ VERSION = require(
     uses="its encoding cache's layout (tiktoken.load.read_file_cached) and encodings' URLs",
 )
 
-# Where tiktoken's own constructors download these encodings from.
+# Where tiktoken's own constructors download these encodings from. (cl100k_base is
+# shipped with the gateway, gateway/text/cl100k.py: never looked for in the cache.)
 ENCODING_URLS = {
     "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
 }
 
 

@@ -1,0 +1,1 @@
+"""API dialects: what differs between the chat-completions and Responses APIs."""

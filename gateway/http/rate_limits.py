@@ -3,7 +3,7 @@ requests in flight, counted in Redis so that every replica enforces the same num
 
 One script call admits a request: it checks every limit of the caller's tenant and key
 and, only if all pass, counts the request and takes a lease on an in-flight slot. It goes
-on the request path's shared, pipelined connections (``RedisStore.send``): one round trip,
+on the request path's shared, pipelined connections (``store.limits``): one round trip,
 and none at all for a caller without limits (with ``limits`` all 0, the default, the
 middleware is not installed). When the response is over, one more call, not awaited by
 anyone, gives the slot back and charges the answer's tokens.
@@ -30,12 +30,11 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -44,14 +43,12 @@ from gateway.auth.authenticator import Authenticator, Caller, key_id
 from gateway.config import RateLimit, Settings
 from gateway.errors import REFUSAL_SPREAD_S, GatewayError, MemoryUnavailable, TooManyRequests
 from gateway.observability import metrics, request_log
-from gateway.store import scripts
-from gateway.store.keys import PREFIX
-from gateway.store.redis_store import RedisStore, StoreUnavailable
+from gateway.service.ports import LimitStore
+from gateway.store.keys import limit_counters, limit_scope
+from gateway.store.redis_store import StoreUnavailable
 
 if TYPE_CHECKING:
-    from gateway.memory.model import Message
-    from gateway.service.turn import Turn
-    from gateway.text.tokens import TokenCounter
+    from gateway.service.turn import Answered
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +64,6 @@ LIMITED_PREFIXES = ("/v1/", "/memory/")
 # An answer longer than this is estimated (4 characters a token), not tokenized: the
 # charge is made on the event loop, after the response.
 COUNTED_CHARS = 8_192
-
-# Admits a request or refuses it, for every scope at once (``store/scripts/admit.lua``).
-ADMIT_SCRIPT = scripts.source("admit")
-_ADMIT_SHA = scripts.sha("admit")
 
 _REQUESTS, _TOKENS, _IN_FLIGHT = 1, 2, 3
 
@@ -112,14 +105,7 @@ class LimitScope:
     limits: Limits
 
     def keys(self, window: int) -> list[str]:
-        p = self.prefix
-        return [
-            f"{p}:req.{window - 1}",
-            f"{p}:req.{window}",
-            f"{p}:tok.{window - 1}",
-            f"{p}:tok.{window}",
-            f"{p}:busy",
-        ]
+        return limit_counters(self.prefix, window)
 
 
 class LimitPolicy:
@@ -148,16 +134,17 @@ class LimitPolicy:
 
     def scopes(self, caller: Caller) -> list[LimitScope]:
         tenant = key_id(caller.tenant_name)  # forward mode: the key's own id
-        prefix = f"{PREFIX}:{{rl.{tenant}}}"
         if not self.keys_mode:
             # Each client key is its own tenant: one set of counters, the tighter limits.
             limits = self.tenant.tightest(self.key)
-            return [LimitScope("tenant", prefix + ":t", limits)] if limits else []
+            return [LimitScope("tenant", limit_scope(tenant), limits)] if limits else []
         name = caller.tenant_name.removeprefix(_GATEWAY_TENANT)
         found = [
-            LimitScope("tenant", prefix + ":t", self.tenants.get(name, self.tenant)),
+            LimitScope("tenant", limit_scope(tenant), self.tenants.get(name, self.tenant)),
             LimitScope(
-                "key", f"{prefix}:k.{caller.key_id}", self.per_key.get(caller.key_id, self.key)
+                "key",
+                limit_scope(tenant, caller.key_id),
+                self.per_key.get(caller.key_id, self.key),
             ),
         ]
         return [scope for scope in found if scope.limits]
@@ -229,40 +216,30 @@ class Lease:
 _CURRENT: ContextVar[Lease | None] = ContextVar("memory_gateway_lease", default=None)
 
 
-def charge(turn: Turn, answer: Message | None, usage: Any, counter: TokenCounter) -> None:
+def charge(answered: Answered) -> None:
     """Charge a chat turn's tokens to the request's limits (no-op without a token limit):
     the upstream's count when it gave one, else the context forwarded and the answer
     (counted after the response)."""
     lease = _CURRENT.get()
     if lease is None or not lease.counts_tokens:
         return
-    prompt, completion = _usage_tokens(usage)
+    prompt, answer = answered.prompt_tokens, answered.answer
     if answer is None and prompt is None:
         return  # the upstream answered nothing (a refused key, an error)
-    lease.tokens += prompt if prompt is not None else turn.context.receipt.total_tokens
-    if completion is not None:
-        lease.tokens += completion
+    lease.tokens += prompt if prompt is not None else answered.context_tokens
+    if answered.completion_tokens is not None:
+        lease.tokens += answered.completion_tokens
     elif answer is not None:
-        payload, model = answer.to_openai(), turn.model
-        lease.pending.append(lambda: _answer_tokens(payload, model, counter))
+        payload, count = answer.to_openai(), answered.count
+        lease.pending.append(lambda: _answer_tokens(payload, count))
 
 
-def _usage_tokens(usage: Any) -> tuple[int | None, int | None]:
-    if not isinstance(usage, dict):
-        return None, None
-    found = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
-    prompt, completion = (
-        t if isinstance(t, int) and not isinstance(t, bool) else None for t in found
-    )
-    return prompt, completion
-
-
-def _answer_tokens(payload: dict[str, Any], model: str, counter: TokenCounter) -> int:
+def _answer_tokens(payload: dict[str, Any], count: Callable[[dict[str, Any]], int]) -> int:
     content = payload.get("content")
     size = len(content) if isinstance(content, str) else len(str(payload))
     if size > COUNTED_CHARS:
         return size // 4
-    return counter.count_payload(payload, model)
+    return count(payload)
 
 
 class RateLimiter:
@@ -270,7 +247,7 @@ class RateLimiter:
 
     def __init__(
         self,
-        store: RedisStore,
+        store: LimitStore,
         policy: LimitPolicy,
         *,
         lease_s: float,
@@ -304,10 +281,8 @@ class RateLimiter:
                 raise refusal(scopes[at], kind, previous, current, elapsed)
             del self._refused[who]
         lease = Lease(scopes, os.urandom(8).hex())
-        keys: list[str] = []
         limits: list[int] = []
         for scope in scopes:
-            keys += scope.keys(window)
             limits += [scope.limits.requests, scope.limits.tokens, scope.limits.in_flight]
         args = [
             repr(1 - elapsed / WINDOW_S),
@@ -319,7 +294,8 @@ class RateLimiter:
             *limits,
         ]
         try:
-            reply = await self._run(keys, args)
+            # Every scope at once, in one script call (``store/scripts/admit.lua``).
+            reply = await self.store.admit([scope.prefix for scope in scopes], window, args)
         except StoreUnavailable as error:
             if self.fail_closed:
                 raise MemoryUnavailable(
@@ -338,16 +314,6 @@ class RateLimiter:
         self._refused[who] = (now + REFUSAL_MEMO_S, (at, kind, previous, current))
         raise refused_now
 
-    async def _run(self, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        call = ("EVALSHA", _ADMIT_SHA, len(keys), *keys, *args)
-        (reply,) = await self.store.execute([call], op="admit", needed=0)
-        if isinstance(reply, NoScriptError):  # a restarted Redis: EVAL loads it again
-            call = ("EVAL", ADMIT_SCRIPT, len(keys), *keys, *args)
-            (reply,) = await self.store.execute([call], op="admit", needed=0)
-        if isinstance(reply, Exception):
-            raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
-        return list(reply)
-
     def release(self, lease: Lease) -> None:
         """Give the lease's slots back and charge its tokens, in the background."""
         task = asyncio.ensure_future(self._release(lease))
@@ -358,17 +324,19 @@ class RateLimiter:
         self._refused.pop(tuple(scope.prefix for scope in lease.scopes), None)  # a slot is free
         tokens = lease.tokens + sum(count() for count in lease.pending)
         window, _ = window_of(self.clock())
-        commands: list[tuple[Any, ...]] = []
-        for scope in lease.scopes:
-            if scope.limits.in_flight:
-                commands.append(("ZREM", scope.prefix + ":busy", lease.id))
-            if scope.limits.tokens and tokens > 0:
-                counter = scope.keys(window)[3]
-                commands += [("INCRBY", counter, tokens), ("EXPIRE", counter, 2 * WINDOW_S)]
-        if not commands:
+        in_flight = [scope.prefix for scope in lease.scopes if scope.limits.in_flight]
+        charged = [scope.prefix for scope in lease.scopes if scope.limits.tokens and tokens > 0]
+        if not in_flight and not charged:
             return
         try:
-            await self.store.execute(commands, op="rate_release", needed=0)
+            await self.store.release(
+                lease.id,
+                in_flight=in_flight,
+                charged=charged,
+                window=window,
+                tokens=tokens,
+                ttl_s=2 * WINDOW_S,
+            )
         except StoreUnavailable as error:
             # The lease lapses by itself (limits.lease_s); the tokens go uncounted.
             log.warning("rate-limit lease not released: %s", error)
@@ -421,7 +389,9 @@ def _error_response(error: GatewayError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.response_headers())
 
 
-def rate_limiter(settings: Settings, store: RedisStore) -> RateLimiter | None:
+def rate_limiter(
+    settings: Settings, store: LimitStore, clock: Callable[[], float] = time.time
+) -> RateLimiter | None:
     """The gateway's limiter, or None when no limit is configured (no cost at all)."""
     policy = LimitPolicy(settings)
     if not policy.active:
@@ -431,4 +401,5 @@ def rate_limiter(settings: Settings, store: RedisStore) -> RateLimiter | None:
         policy,
         lease_s=settings.limits.lease_s,
         fail_closed=settings.redis.on_failure == "closed",
+        clock=clock,
     )

@@ -44,10 +44,9 @@ import random
 import socket
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.caching import memo
 from gateway.compat.uvicorn import (
     STATUS_LINE,
     Config,
@@ -58,6 +57,31 @@ from gateway.compat.uvicorn import (
 from gateway.errors import REFUSAL_SPREAD_S, error_body
 
 TOO_LARGE = "Request line and headers too large."
+
+
+class TrustedProxies:
+    """``server.trusted_proxies`` (addresses, networks, or "*"), parsed once."""
+
+    def __init__(self, entries: tuple[str, ...]) -> None:
+        self.everyone = "*" in entries
+        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        self.literals: set[str] = set()  # entries that are no address
+        for entry in entries:
+            try:
+                self.networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                self.literals.add(entry)
+
+    def __contains__(self, host: str) -> bool:
+        if self.everyone or host in self.literals:
+            return True
+        if not self.networks:
+            return False
+        try:
+            address = ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return any(address in network for network in self.networks)
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,11 @@ class ClientLimits:
     write_timeout_s: float | None = None
     max_connections_per_client: int = 0
     trusted_proxies: tuple[str, ...] = ()
+    # Parsed with the limits (one per server), not at every connection.
+    trusted: TrustedProxies = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "trusted", TrustedProxies(self.trusted_proxies))
 
 
 class _Reading(enum.Enum):
@@ -112,34 +141,6 @@ def client_address(host: str) -> str:
     if address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
     return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
-
-
-@memo(maxsize=8)
-def _networks(
-    trusted: tuple[str, ...],
-) -> tuple[bool, list[ipaddress.IPv4Network | ipaddress.IPv6Network], set[str]]:
-    """(everyone trusted, the trusted networks, entries that are no address)."""
-    networks, literals = [], set()
-    for entry in trusted:
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            literals.add(entry)
-    return "*" in trusted, networks, literals
-
-
-def is_trusted(host: str, trusted: tuple[str, ...]) -> bool:
-    """Whether ``host`` is one of ``server.trusted_proxies`` (addresses or networks)."""
-    if not trusted:
-        return False
-    everyone, networks, literals = _networks(trusted)
-    if everyone or host in literals:
-        return True
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    return any(address in network for network in networks)
 
 
 def _warn_rarely(logger: Any, kind: str, message: str, *args: object) -> None:
@@ -218,7 +219,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         cap = self.limits.max_connections_per_client
         if not cap or self.client is None:
             return False
-        if is_trusted(self.client[0], self.limits.trusted_proxies):
+        if self.client[0] in self.limits.trusted:
             return False
         counts = _OPEN.setdefault(self.server_state, {})
         address = client_address(self.client[0])

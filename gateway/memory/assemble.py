@@ -276,7 +276,7 @@ _ROOM_WORTH_TRYING = 8
 _MISSES_WORTH_TRYING = 24
 
 
-def assemble(
+def assemble(  # noqa: C901  (23: its order of filling is read best in one place; to split)
     turn: Reconciled,
     *,
     tiers: Tiers,

@@ -81,6 +81,8 @@ def day_label(ts: float) -> str:
     return _day_label(int(ts // 86400)) if ts > 0 else ""
 
 
+# Kept for the process, not per app: a pure function of a day number (``strftime``),
+# the same for every app, which no test can see but by its speed.
 @memo(maxsize=4096)
 def _day_label(day: int) -> str:
     try:

@@ -157,7 +157,8 @@ class Message:
 # messages. A stored message never changes, so its parse is remembered by its bytes and
 # place: a content-addressed cache, which cannot be stale whoever wrote since (another
 # replica, an erasure: erased bytes are simply never read again). Nothing mutates a
-# Message's content. Bounded in entries and in the size of what it keeps.
+# Message's content. Bounded in entries and in the size of what it keeps. Kept for the
+# process, not per app: the store parses with it, and its entries are the same for all.
 @memo_when_short(limit=4096, maxsize=8192)
 def _parse(raw: str | bytes, index: int) -> Message:
     # Built in one call, not from_openai + replace: every request parses the session's

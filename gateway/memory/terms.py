@@ -7,12 +7,11 @@ PyStemmer's English Snowball stemmer (a C extension): a few microseconds a messa
 
 from __future__ import annotations
 
-import functools
 import re
 
 import Stemmer
 
-from gateway.caching import memo_when_short
+from gateway.caching import memo
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
 # Words too common to tell messages apart; numbers and names are what recall is for.
@@ -33,9 +32,10 @@ STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 MAX_WORD_CHARS = 64
 
 
-@functools.cache
+# Kept for the process, not built per app: a constant (English Snowball, a pure function
+# of a word), made on first use, not at import; its own small cache of stems goes with it.
+@memo(maxsize=1)
 def _stemmer() -> Stemmer.Stemmer:
-    # Made on first use, not at import; one per process (a stemmer keeps a small cache).
     return Stemmer.Stemmer("english")
 
 
@@ -57,9 +57,6 @@ def stems(tokens: list[str]) -> list[str]:
     return stemmed
 
 
-# The new user message is split at every request (its terms, its query); a message going
-# into a session's archive once. Only short texts are kept, so the cache stays small.
-@memo_when_short(limit=4096, maxsize=1024)
 def terms(text: str) -> tuple[str, ...]:
     """The indexed terms of a text, in order."""
     return tuple(stems(words(text)))

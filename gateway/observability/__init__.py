@@ -1,0 +1,1 @@
+"""What every layer reports: Prometheus metrics and the request's log."""

@@ -1,4 +1,5 @@
-"""Prometheus metrics: the metric objects, the request timer, and the helpers that feed them.
+"""Prometheus metrics: the metric objects, the request timer, and the helpers that feed them
+(the request middleware, ``http/middleware.py``, reports each request here).
 
 Multi-process: when ``PROMETHEUS_MULTIPROC_DIR`` is set *before this module is imported*,
 prometheus_client keeps every value in a file of that directory, one set per process, and
@@ -19,18 +20,13 @@ Latency definitions (all seconds, ``time.perf_counter``):
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from gateway.compat.starlette import matched_path
-from gateway.observability import request_log
+from starlette.types import Scope
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -159,32 +155,6 @@ def summary_outcome(outcome: str) -> None:
 
 # --- Redis calls ---
 
-_op_names: dict[str, str] = {}
-
-
-def _op_name(call: Callable[..., Any]) -> str:
-    """A store call's operation: the RedisStore method it was made in.
-
-    ``RedisStore.load.<locals>.build`` -> "load"; a bound client method (``ping``) -> its
-    own name. A private wrapper's closure (``_pipeline``'s ``run``) is named after the
-    function it wraps, the builder a public method passed in. Derived from code, so
-    bounded and never data.
-    """
-    qualname = getattr(call, "__qualname__", None) or type(call).__name__
-    name = _op_names.get(qualname)
-    if name is None:
-        name = _op_names[qualname] = qualname.split(".<locals>")[0].rsplit(".", 1)[-1]
-    if name.startswith("_"):
-        for cell in getattr(call, "__closure__", None) or ():
-            inner = cell.cell_contents
-            if callable(inner) and ".<locals>." in getattr(inner, "__qualname__", ""):
-                return _op_name(inner)
-    return name
-
-
-def redis_call(call: Callable[..., Any], started: float) -> None:
-    redis_op(_op_name(call), started)
-
 
 def redis_op(op: str, started: float) -> None:
     """A store call's time; ``op``: the store operation (a name from code, never data)."""
@@ -229,69 +199,18 @@ def timer(scope: Scope) -> RequestTimer:
     return timer
 
 
-class MetricsMiddleware:
-    """Per request: its id, its metrics, and its access line; one pure-ASGI layer for all.
-
-    The request id (the client's valid ``X-Request-Id``, else a new one) is set for the
-    request's tasks (``request_log``) and returned on every response as
-    ``X-Gateway-Request-Id``. When the response is complete (a stream: after its last
-    byte) the request is counted and timed (``metrics``) and its line is logged on
-    ``gateway.access`` (``access_log``).
-    """
-
-    def __init__(self, app: ASGIApp, *, metrics: bool = True, access_log: bool = True) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.access_log = access_log
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_timer = scope[_TIMER_KEY] = RequestTimer()
-        access_log = self.access_log
-        entry, token = request_log.begin(scope["headers"], logged=access_log)
-        status = 0
-        headers_sent = 0.0
-        response: dict[str, str] = {}
-
-        async def watched_send(message: Message) -> None:
-            nonlocal status, headers_sent
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers_sent = time.perf_counter()
-                message["headers"] = _with_request_id(
-                    message.get("headers") or (), entry, response if access_log else None
-                )
-            await send(message)
-
-        if self.metrics:
-            IN_FLIGHT.inc()
-        try:
-            await self.app(scope, receive, watched_send)
-        except BaseException:
-            status = status or 500
-            raise
-        finally:
-            try:
-                if self.metrics:
-                    IN_FLIGHT.dec()
-                    _observe(scope, request_timer, status or 499, headers_sent)
-                if access_log and request_log.ACCESS.isEnabledFor(logging.INFO):
-                    if entry.pending:  # a count off the loop the line needs (wait_for)
-                        await request_log.settle(entry)
-                    _log_access(scope, entry, request_timer, status or 499, headers_sent, response)
-            finally:
-                request_log.end(token)
+def start_timer(scope: Scope) -> RequestTimer:
+    """The request's timer, started now (by the request middleware, when it arrives)."""
+    started = scope[_TIMER_KEY] = RequestTimer()
+    return started
 
 
-def _route(scope: Scope) -> str:
-    return matched_path(scope) or "unmatched"
-
-
-def _observe(scope: Scope, request_timer: RequestTimer, status: int, headers_sent: float) -> None:
-    route = _route(scope)
-    _child(REQUESTS, route, scope["method"], str(status)).inc()
+def request_done(
+    route: str, method: str, status: int, request_timer: RequestTimer, headers_sent: float
+) -> None:
+    """A request answered (a stream: after its last byte): counted, and its upstream time
+    and the latency the gateway added observed."""
+    _child(REQUESTS, route, method, str(status)).inc()
     started, ready = request_timer.upstream_started, request_timer.upstream_ready
     if not started:
         return
@@ -302,55 +221,6 @@ def _observe(scope: Scope, request_timer: RequestTimer, status: int, headers_sen
         if headers_sent:
             added = headers_sent - request_timer.received - (ready - started)
             _child(ADDED_LATENCY, route).observe(max(added, 0.0))
-
-
-# Response headers the access line reports: the upstream's id for the request (OpenAI's
-# ``x-request-id``, relayed unchanged) and the memory status the client was told.
-_LOGGED_HEADERS = {b"x-request-id": "upstream_request_id", b"x-memory-status": "memory_status"}
-
-
-def _with_request_id(
-    headers: Any, entry: request_log.RequestLog, logged: dict[str, str] | None
-) -> list[tuple[bytes, bytes]]:
-    """The response's headers with the request id added (one relayed from an upstream
-    gateway would name another request: dropped); the logged ones read on the way."""
-    out = []
-    for name, value in headers:
-        if name == request_log.RESPONSE_HEADER:
-            continue
-        if logged is not None:
-            field = _LOGGED_HEADERS.get(name)
-            if field is not None:
-                logged[field] = value[:128].decode("latin-1")
-        out.append((name, value))
-    out.append((request_log.RESPONSE_HEADER, entry.header))
-    return out
-
-
-def _log_access(
-    scope: Scope,
-    entry: request_log.RequestLog,
-    request_timer: RequestTimer,
-    status: int,
-    headers_sent: float,
-    response: dict[str, str],
-) -> None:
-    """The access line, with the timings the metrics observe (in milliseconds)."""
-    ended = time.perf_counter()
-    line: dict[str, Any] = {
-        "request_id": entry.request_id,
-        "method": scope["method"],
-        "route": _route(scope),
-        "status": status,
-        "duration_ms": round((ended - request_timer.received) * 1000, 3),
-    }
-    started, ready = request_timer.upstream_started, request_timer.upstream_ready
-    if started:
-        if ready and headers_sent:
-            added = headers_sent - request_timer.received - (ready - started)
-            line["added_ms"] = round(max(added, 0.0) * 1000, 3)
-        line["upstream_ms"] = round((ended - started) * 1000, 3)
-    request_log.access_line(entry, line, response)
 
 
 # --- exposition ---

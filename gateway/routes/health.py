@@ -12,7 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway.errors import error_body
-from gateway.store.redis_store import RedisStore, StoreUnavailable
+from gateway.service.ports import ServerStore
+from gateway.store.redis_store import StoreUnavailable
 
 # Short: a probe runs every few seconds, and a Redis slower than this is not ready for
 # the request path's own deadline either.
@@ -20,7 +21,7 @@ READY_TIMEOUT_S = 0.5
 
 
 class Health:
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: ServerStore) -> None:
         self.store = store
 
     async def handle(self, request: Request) -> JSONResponse:

@@ -135,7 +135,7 @@ class MemoryAPI:
         keys = SessionKeys(caller.tenant, session_id)
         if caller.users is not None:
             # A key limited to some users: another user's session is not there for it.
-            meta = await self.store.meta(keys)
+            meta = await self.store.sessions.meta(keys)
             if meta and not caller.may_see(meta.get("user_id")):
                 raise NotFound(f"session {session_id!r} not found", param="session_id")
         return keys
@@ -166,13 +166,14 @@ class MemoryAPI:
         caller = await self._caller(request)
         user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
         if caller.quota_bytes is not None:
-            check_quota(await self.store.usage(keys.tenant), caller.quota_bytes)
+            check_quota(await self.store.sessions.usage(keys.tenant), caller.quota_bytes)
         # Tool results must answer a call, in the import or at the end of the stored log:
         # an orphan stored now would be forwarded, and refused upstream, on every turn.
-        stored = await self.store.load(keys, TOOL_CHECK_TAIL)
+        stored = await self.store.sessions.load(keys, TOOL_CHECK_TAIL)
         check_tool_results(messages, stored.tail)
-        count = await self.memory.import_messages(keys, user_id, messages, now=self.ops.clock())
-        _, _, pending = await self.store.job_state(keys)
+        recorder = self.memory.recorder
+        count = await recorder.import_messages(keys, user_id, messages, now=self.ops.clock())
+        _, _, pending = await self.store.sessions.job_state(keys)
         return JSONResponse(
             {"message_count": count, "imported": len(messages), "pending_jobs": len(pending)}
         )
@@ -211,7 +212,7 @@ class MemoryAPI:
         body, _ = parse_body(PinBody, await read_body(request, self.max_body_bytes))
         caller = await self._caller(request)
         if caller.quota_bytes is not None:
-            check_quota(await self.store.usage(keys.tenant), caller.quota_bytes)
+            check_quota(await self.store.sessions.usage(keys.tenant), caller.quota_bytes)
         pin = await self.ops.add_pin(keys, body.content, body.importance, body.source_index)
         return JSONResponse(pin.to_data(), status_code=201)
 
@@ -250,14 +251,14 @@ class MemoryAPI:
 
     async def get_user(self, request: Request) -> Response:
         user = await self._user(request)
-        sessions = await self.store.user_sessions(user)
+        sessions = await self.store.users.user_sessions(user)
         if not sessions:
             raise NotFound(f"user {user.user_id!r} not found", param="user_id")
         return JSONResponse({"user_id": user.user_id, "sessions": sessions})
 
     async def erase_user(self, request: Request) -> Response:
         user = await self._user(request)
-        if not await self.store.erase_user(user):
+        if not await self.store.sessions.erase_user(user):
             raise NotFound(f"user {user.user_id!r} not found", param="user_id")
         return Response(status_code=204)
 

@@ -8,7 +8,6 @@ document to the routes the app registers, and schemathesis fuzzes the gateway wi
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -258,10 +257,14 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
-@functools.cache
-def _served() -> bytes:
-    return json.dumps(openapi_document()).encode()
+class OpenAPIEndpoint:
+    """``GET /openapi.json``: the document, built at its first request and kept (it
+    depends on the code alone)."""
 
+    def __init__(self) -> None:
+        self._served: bytes | None = None
 
-async def serve_openapi(request: Request) -> Response:
-    return Response(_served(), media_type=JSON)
+    async def handle(self, request: Request) -> Response:
+        if self._served is None:
+            self._served = json.dumps(openapi_document()).encode()
+        return Response(self._served, media_type=JSON)

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -22,59 +21,23 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.errors import error_body
 from gateway.observability import metrics
-from gateway.store.base import pairs
-from gateway.store.keys import JOB_GROUP, job_stream
-from gateway.store.link import Command
-from gateway.store.redis_store import RedisStore
+from gateway.store.backlog import JobBacklog
 
 DEADLINE_S = 0.5
 CACHE_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class JobBacklog:
-    undelivered: int  # notices no worker has read yet (the group's lag)
-    delivered: int  # read by a worker, not yet acknowledged
-    oldest_age_s: float  # age of the oldest notice still in the stream; 0 when empty
+class BacklogSource(Protocol):
+    """Where the backlog is read: the store's job queue (``store.queue``)."""
 
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _entry_ms(entry_id: Any) -> int:
-    return int(_text(entry_id).split("-", 1)[0])
-
-
-def _field(group: dict[Any, Any], name: str) -> Any:
-    return group.get(name, group.get(name.encode()))
-
-
-def backlog_from(groups: Any, length: Any, oldest: Any, server_time: Any) -> JobBacklog:
-    """The backlog from XINFO GROUPS, XLEN, XRANGE - + COUNT 1 and TIME replies.
-
-    Acknowledged notices are deleted from the stream, so what remains is the backlog and
-    its first entry the oldest unfinished job. An error reply (no stream yet) is no backlog.
-    """
-    count = length if isinstance(length, int) else 0
-    listed = groups if isinstance(groups, list) else []
-    group = next((g for g in listed if _text(_field(g, "name")) == JOB_GROUP), None)
-    delivered = int(_field(group, "pending") or 0) if group is not None else 0
-    lag = _field(group, "lag") if group is not None else None
-    # Redis < 7 reports no lag: what is in the stream and not delivered is.
-    undelivered = int(lag) if lag is not None else max(count - delivered, 0)
-    age = 0.0
-    if isinstance(oldest, list) and oldest and isinstance(server_time, tuple | list):
-        now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
-        age = max(now_ms - _entry_ms(oldest[0][0]), 0) / 1000
-    return JobBacklog(undelivered, delivered, age)
+    async def backlog(self, *, timeout_s: float) -> dict[int, JobBacklog]: ...
 
 
 class JobBacklogReader:
     """Reads the backlog at most every ``CACHE_S``; one read at a time."""
 
-    def __init__(self, store: RedisStore, clock: Any = time.monotonic) -> None:
-        self.store = store
+    def __init__(self, queue: BacklogSource, clock: Any = time.monotonic) -> None:
+        self.queue = queue
         self.clock = clock
         self._lock = asyncio.Lock()
         self._cached: dict[int, JobBacklog] | None = None
@@ -89,29 +52,10 @@ class JobBacklogReader:
             return self._cached
 
     async def _query(self) -> dict[int, JobBacklog] | None:
-        shards = range(self.store.job_shards)
-        commands: list[Command] = []
-        for shard in shards:
-            stream = job_stream(shard)
-            commands.append(("XINFO", "GROUPS", stream))
-            commands.append(("XLEN", stream))
-            commands.append(("XRANGE", stream, "-", "+", "COUNT", 1))
-        commands.append(("TIME",))
         try:
-            # An error reply (a shard with no stream yet) is returned in its place.
-            replies = await self.store.execute(
-                commands, op="job_backlog", needed=0, timeout_s=DEADLINE_S
-            )
+            return await self.queue.backlog(timeout_s=DEADLINE_S)
         except Exception:  # a deadline, a connection error: a scrape never fails on Redis
             return None
-        server_time = replies[-1]
-        backlogs = {}
-        for shard in shards:
-            groups, length, oldest = replies[3 * shard : 3 * shard + 3]
-            if isinstance(groups, list):  # each group a map: a dict in RESP3, a list in RESP2
-                groups = [pairs(group) for group in groups]
-            backlogs[shard] = backlog_from(groups, length, oldest, server_time)
-        return backlogs
 
 
 class _BacklogCollector(Collector):
@@ -144,8 +88,10 @@ class _BacklogCollector(Collector):
 
 
 class MetricsEndpoint:
-    def __init__(self, store: RedisStore, token: str | None) -> None:
-        self.backlog = JobBacklogReader(store)
+    def __init__(
+        self, queue: BacklogSource, token: str | None, clock: Any = time.monotonic
+    ) -> None:
+        self.backlog = JobBacklogReader(queue, clock)
         self.expected = f"Bearer {token}".encode() if token else None
 
     async def handle(self, request: Request) -> Response:

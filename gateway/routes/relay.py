@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeVar
 
 import anyio
@@ -12,14 +13,27 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.compat.starlette import stream_body
+from gateway.dialects.base import StreamWatcher
 from gateway.errors import PayloadTooLarge
+from gateway.memory.model import Message
+from gateway.observability import metrics
+from gateway.service.replies import close_quietly
+from gateway.upstream.body import UpstreamStreamBroken
 from gateway.upstream.client import UpstreamResponse
 from gateway.upstream.headers import response_headers
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 # Not a registered status: nginx's "client closed request", logged, never seen by anyone.
 CLIENT_CLOSED = 499
+# A stream whose turn could not be stored ends with this error instead of its
+# acknowledgement ([DONE], response.completed).
+_NOT_STORED = (
+    "the answer was not stored in memory (memory store unavailable); resend the turn to "
+    "have it remembered"
+)
 
 
 class ClientGone(Exception):
@@ -91,10 +105,79 @@ async def relay_stream(
         await close_quietly(upstream)
 
 
-async def close_quietly(upstream: UpstreamResponse) -> None:
-    """Close the upstream response even from a cancelled task (a client that left)."""
-    with anyio.CancelScope(shield=True):
-        await upstream.aclose()
+async def relay_watched(
+    upstream: UpstreamResponse,
+    watch: StreamWatcher,
+    record: Callable[[Message], Awaitable[bool]] | None,
+    over: Callable[[StreamWatcher], None],
+) -> AsyncGenerator[bytes, None]:
+    """Pass the stream through chunk by chunk while ``watch`` watches it for a clean end.
+
+    The answer is recorded (``record``, None: not to be; False when it was not) on the
+    acknowledging event (chat's ``[DONE]``, Responses' ``response.completed``) before
+    that event is passed on (or, for chat, when the upstream closes after a
+    ``finish_reason``); see the dialect's watch for what counts. ``over`` is told when
+    the stream is over, however it ended (a client that left included).
+    """
+
+    async def recorded(watch: StreamWatcher) -> bool:
+        """False when the answer should have been recorded and was not."""
+        if record is None:
+            return True
+        if watch.recordable:
+            return await record(watch.message())
+        if watch.unreadable:
+            # Relayed untouched, as it came; the client can tell it is malformed.
+            log.warning("turn not recorded: the upstream stream was malformed")
+        return True
+
+    done_recording = False
+    try:
+        held = b""  # an event begun but not ended, when the dialect holds those back
+        async for chunk in upstream.iter_body(decoded=True):
+            watch.feed(chunk)
+            if held:
+                chunk, held = held + chunk, b""
+            if watch.done and not done_recording:
+                done_recording = True
+                # The answer's events go out at once; only [DONE] waits for the record
+                # (an upstream often sends the last events and [DONE] in one chunk, and a
+                # fast one sends the whole answer so).
+                before, done = watch.split(chunk)
+                if before:
+                    yield before
+                if not await recorded(watch):
+                    # And no acknowledgement: the turn is not stored.
+                    yield watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
+                    return
+                chunk = done
+            else:
+                chunk, held = watch.hold(chunk)
+            if chunk:
+                yield chunk
+        watch.close()
+        # ``held`` is an event the upstream never ended: a client discards it (SSE), so
+        # it is dropped, and an error event after it is read whole.
+        if not watch.ended:
+            # A clean close in mid-answer is a break all the same; without this event the
+            # client would take the truncated answer for the whole one.
+            log.warning("upstream closed the stream before the answer ended")
+            metrics.stream_error("upstream_stream_incomplete")
+            yield watch.error_event(
+                "the upstream closed the stream before the answer ended",
+                "upstream_error",
+                "upstream_stream_incomplete",
+            )
+        elif not done_recording and not await recorded(watch):
+            yield watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
+    except UpstreamStreamBroken as error:
+        # Headers are gone: report in-band, and no [DONE] so the client knows.
+        log.warning("upstream stream ended abnormally: %s", error)
+        metrics.stream_error(error.code)
+        yield watch.error_event(str(error), "upstream_error", error.code)
+    finally:
+        over(watch)
+        await close_quietly(upstream)
 
 
 def raw_headers(

@@ -15,8 +15,9 @@ from gateway.caching import BoundedMap
 from gateway.memory.archive import Archive, ArchiveCache, Indexed, index_messages, text_size
 from gateway.memory.model import Message
 from gateway.presets import RecallTier
+from gateway.service.ports import SessionStore
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import Known, Loaded, LogSlice, RedisStore
+from gateway.store.redis_store import Known, Loaded, LogSlice
 from gateway.text.embedder import StaticEmbedder
 
 # Users remembered for prefetching their earlier sessions (a few MB at most).
@@ -43,7 +44,7 @@ def _build(
 
 class Archives:
     def __init__(
-        self, store: RedisStore, cache: ArchiveCache[SessionKeys], vectors: StaticEmbedder | None
+        self, store: SessionStore, cache: ArchiveCache[SessionKeys], vectors: StaticEmbedder | None
     ) -> None:
         self.store = store
         self.cache = cache

@@ -1,5 +1,5 @@
 """Runs the memory policy for one request: load, reconcile, recall, assemble; later,
-record (``recording``). One round trip each, usually."""
+record (its ``recorder``). One round trip each, usually."""
 
 from __future__ import annotations
 
@@ -20,21 +20,23 @@ from gateway.memory.model_budget import ModelEntry, entry_for, model_budget
 from gateway.presets import Composition
 from gateway.service.archives import MOST_DELTA, RECENT_ENTRIES, Archives
 from gateway.service.planning import Planner
-from gateway.service.ports import Embedder
+from gateway.service.ports import Embedder, Store
 from gateway.service.recalling import Recall, query_of
 from gateway.service.recording import Recorder, check_record_size
 from gateway.service.turn import Turn, check_quota, session_keys
 from gateway.service.turn_images import Images, ingested
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import Known, RedisStore
+from gateway.store.redis_store import Known
 from gateway.text.embedder import StaticEmbedder
 from gateway.text.tokens import TokenCounter
 
 
 class MemoryService:
+    """Plans a request's turn (``prepare``); its ``recorder`` records turns and imports."""
+
     def __init__(
         self,
-        store: RedisStore,
+        store: Store,
         counter: TokenCounter,
         config: MemoryConfig,
         embedder: Embedder | None = None,
@@ -58,17 +60,18 @@ class MemoryService:
         )
         self.clock = clock
         self._planner = Planner(counter, clock)
-        self._held = Archives(store, self.archives, vectors)
+        self._held = Archives(store.sessions, self.archives, vectors)
         self._recall = Recall(
-            store,
+            store.sessions,
             self._planner,
             self.composition,
             config.budget_tokens,
             vectors=vectors,
             embedder=embedder,
         )
-        self._images = Images(store, counter, config.media, max_request_bytes)
-        self._recorder = Recorder(
+        self._images = Images(store.sessions, counter, config.media, max_request_bytes)
+        # Records turns (the proxy's ``TurnService``) and imports (the memory API).
+        self.recorder = Recorder(
             store, config, self.composition, self._planner, self._held, self._images
         )
         # A prefetch hint, never trusted as data: the sessions past the young-session age
@@ -107,7 +110,7 @@ class MemoryService:
         if user is not None and query and maybe_young and tier is not None:
             peers = self._held.peers(user)
         held = self.archives.get(keys) if tier is not None else None
-        loaded = await self.store.load_turn(
+        loaded = await self.store.sessions.load_turn(
             keys,
             self.config.reconcile_tail,
             known=Known(held.generation, held.count) if held is not None else None,
@@ -158,7 +161,19 @@ class MemoryService:
         )
         context = await self._images.hydrated(keys, context, blobs, plan, model)
         tokens = tokens_sent(messages, plan)
-        return Turn(keys, identity, state, plan, context, model, sent, tokens, messages, blobs)
+        return Turn(
+            keys,
+            identity,
+            state,
+            plan,
+            context,
+            model,
+            sent,
+            tokens,
+            messages,
+            blobs,
+            requested_output,
+        )
 
     def budget_for(self, model: str, requested_output: int | None = None) -> int:
         """A request's budget: ``memory.budget_tokens``, or less for a model whose
@@ -176,24 +191,3 @@ class MemoryService:
         if identity.user_id is None or not wants_user:
             return None
         return UserKeys(identity.tenant, identity.user_id)
-
-    async def record(
-        self,
-        turn: Turn,
-        answer: Message,
-        *,
-        now: float,
-        retry_s: float = 0.0,
-        request_id: str | None = None,
-    ) -> None:
-        """Append this turn's new messages and the answer atomically, with their jobs
-        (see ``Recorder.record``); ``request_id`` names the request in the stored receipt."""
-        await self._recorder.record(turn, answer, now=now, retry_s=retry_s, request_id=request_id)
-
-    async def import_messages(
-        self, keys: SessionKeys, user_id: str | None, messages: tuple[Message, ...], *, now: float
-    ) -> int:
-        """Append messages as if they had been exchanged (the same policy runs); the count."""
-        return await self._recorder.import_messages(
-            keys, user_id, messages, now=now, model=self.counter.default_model
-        )

@@ -23,7 +23,7 @@ from gateway.memory.session_markdown import iso_time, session_markdown
 from gateway.memory.tiers.pins import score_importance
 from gateway.service.memory_service import MemoryService
 from gateway.service.worker import JobRunner
-from gateway.store.catalog import Catalog, ListedSession
+from gateway.store.catalog import ListedSession
 from gateway.store.keys import SessionKeys
 
 # Enough to show a session's window whatever the preset.
@@ -63,11 +63,11 @@ class SessionOperations:
         self.memory = memory
         self.store = memory.store
         self.runner = runner
-        self.catalog = Catalog(memory.store)
+        self.catalog = memory.store.catalog
         self.clock = clock
 
     async def existing(self, keys: SessionKeys) -> SessionState:
-        state = await self.store.load(keys, STATE_TAIL)
+        state = await self.store.sessions.load(keys, STATE_TAIL)
         if not state.exists:
             raise NotFound(f"session {keys.session_id!r} not found", param="session_id")
         return state
@@ -116,7 +116,7 @@ class SessionOperations:
         found: dict[str, dict[str, Any]] = {}
         for session, indexes in wanted.items():
             source = SessionKeys(keys.tenant, session) if session else keys
-            for message in await self.store.messages_at(source, indexes):
+            for message in await self.store.sessions.messages_at(source, indexes):
                 key = f"{session}#{message.index}" if session else str(message.index)
                 found[key] = {"key": key, "session_id": source.session_id,
                               **message_view(message)}  # fmt: skip
@@ -138,7 +138,7 @@ class SessionOperations:
             )
         if importance is None and source_index is not None:
             # Seed 004's heuristic scores the message the pin came from.
-            source = await self.store.messages(keys, source_index, source_index)
+            source = await self.store.sessions.messages(keys, source_index, source_index)
             importance = score_importance(source[0]) if source else None
         pin = Pin(
             id=f"pin_{secrets.token_hex(6)}",
@@ -148,7 +148,7 @@ class SessionOperations:
             pin_type="manual",
             created=self.clock(),
         )
-        await self.store.add_pin(keys, pin)
+        await self.store.sessions.add_pin(keys, pin)
         return pin
 
     async def edit_pin(
@@ -165,19 +165,19 @@ class SessionOperations:
             importance=pin.importance if importance is None else importance,
             pin_type="manual",
         )
-        await self.store.add_pin(keys, edited)
+        await self.store.sessions.add_pin(keys, edited)
         return edited
 
     async def delete_pin(self, keys: SessionKeys, pin_id: str) -> None:
         await self.existing(keys)
-        if not await self.store.delete_pin(keys, pin_id):
+        if not await self.store.sessions.delete_pin(keys, pin_id):
             raise NotFound("pin not found", param="pin_id")
 
     async def flush(self, keys: SessionKeys) -> tuple[int, int]:
         """Run the session's pending jobs now: (jobs run, jobs still pending)."""
         await self.existing(keys)
         ran = await self.runner.flush(keys)
-        _, _, pending = await self.store.job_state(keys)
+        _, _, pending = await self.store.sessions.job_state(keys)
         return ran, len(pending)
 
     async def end(self, keys: SessionKeys) -> dict[str, Any]:
@@ -190,23 +190,24 @@ class SessionOperations:
 
     async def export_json(self, keys: SessionKeys) -> str:
         state = await self.existing(keys)
-        messages = await self.store.messages(keys, 1, -1)
-        meta = await self.store.meta(keys)
+        messages = await self.store.sessions.messages(keys, 1, -1)
+        meta = await self.store.sessions.meta(keys)
         view = self.view(keys, state)
         view["messages"] = [message_view(m) for m in messages]
-        view["abandoned_branches"] = [branch_view(b) for b in await self.store.branches(keys)]
+        branches = await self.store.sessions.branches(keys)
+        view["abandoned_branches"] = [branch_view(b) for b in branches]
         view["meta"] = {k: v for k, v in meta.items() if k in ("created", "updated", "ended")}
         return json.dumps(view, ensure_ascii=False)
 
     async def export_markdown(self, keys: SessionKeys) -> str:
         state = await self.existing(keys)
-        messages = await self.store.messages(keys, 1, -1)
-        meta = await self.store.meta(keys)
-        branches = await self.store.branches(keys)
+        messages = await self.store.sessions.messages(keys, 1, -1)
+        meta = await self.store.sessions.meta(keys)
+        branches = await self.store.sessions.branches(keys)
         view = self.view(keys, state)
         return session_markdown(keys.session_id, meta, state, messages, view, branches)
 
     async def erase(self, keys: SessionKeys) -> None:
         self.memory.archives.discard(keys)
-        if not await self.store.erase_session(keys):
+        if not await self.store.sessions.erase_session(keys):
             raise NotFound(f"session {keys.session_id!r} not found", param="session_id")

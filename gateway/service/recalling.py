@@ -15,9 +15,8 @@ from gateway.memory.model import Message, Tiers
 from gateway.memory.reconcile import Reconciled
 from gateway.presets import Composition, EmbeddingsConfig, RecallTier
 from gateway.service.planning import Planner
-from gateway.service.ports import Embedder
+from gateway.service.ports import Embedder, SessionStore
 from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import RedisStore
 from gateway.text.embedder import StaticEmbedder
 
 log = logging.getLogger(__name__)
@@ -48,7 +47,7 @@ def _context(prior: Sequence[Message]) -> list[str]:
 class Recall:
     def __init__(
         self,
-        store: RedisStore,
+        store: SessionStore,
         planner: Planner,
         composition: Composition,
         budget_tokens: int,

@@ -21,17 +21,12 @@ from gateway.memory.tiers.pins import AUTO_PIN_IMPORTANCE, requested_pin
 from gateway.presets import Composition
 from gateway.service.archives import Archives
 from gateway.service.planning import Planner
+from gateway.service.ports import Store
 from gateway.service.turn import Turn, stored_receipt
 from gateway.service.turn_images import Images, ingested
 from gateway.store.catalog import REFRESH_S, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import (
-    Joining,
-    Predicted,
-    RedisStore,
-    StoreUnavailable,
-    TailMoved,
-)
+from gateway.store.redis_store import Joining, Predicted, StoreUnavailable, TailMoved
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +89,11 @@ def auto_pin(content: str, source_index: int, now: float) -> Pin:
 
 
 class Recorder:
+    """Records a turn, or an import, with the jobs and pins it makes due."""
+
     def __init__(
         self,
-        store: RedisStore,
+        store: Store,
         config: MemoryConfig,
         composition: Composition,
         planner: Planner,
@@ -178,7 +175,7 @@ class Recorder:
             except TailMoved:
                 if attempt == RECORD_ATTEMPTS - 1:
                     raise
-            state = await self.store.load(turn.keys, self.config.reconcile_tail)
+            state = await self.store.sessions.load(turn.keys, self.config.reconcile_tail)
             plan = self.planner.plan_again(turn.ingested or turn.messages, state, turn.model)
 
     async def _facts_after_branch(self, keys: SessionKeys, kept: int, count: int) -> None:
@@ -190,14 +187,14 @@ class Recorder:
         if self.composition.facts is None:
             return
         for _ in range(RECORD_ATTEMPTS):
-            exists, tiers, _ = await self.store.job_state(keys)
+            exists, tiers, _ = await self.store.sessions.job_state(keys)
             fixed = facts_after_branch(tiers, kept, count) if exists else None
             if fixed is None:
                 return
             updated, job = fixed
-            written = await self.store.write_tiers(keys, tiers.version, updated, job)
+            written = await self.store.sessions.write_tiers(keys, tiers.version, updated, job)
             if written == 1:
-                await self.store.enqueue(keys, [job])
+                await self.store.queue.enqueue(keys, [job])
             if written != 0:
                 return
         log.warning("facts of an abandoned branch not redone: the tiers kept changing")
@@ -209,11 +206,11 @@ class Recorder:
         messages: tuple[Message, ...],
         *,
         now: float,
-        model: str,
     ) -> int:
         """Append messages as if they had been exchanged (the same policy runs); the count."""
+        model = self.planner.counter.default_model  # an import names no model
         messages, blobs = await ingested(messages)
-        state = await self.store.load(keys, self.config.reconcile_tail)
+        state = await self.store.sessions.load(keys, self.config.reconcile_tail)
         for part in record_batches(messages, IMPORT_BATCH, self.config.max_record_bytes):
             batch = await self.planner.counted_off_loop(tuple(part), model)
             state = await self._append(keys, user_id, batch, stored=state, now=now, blobs=blobs)
@@ -253,7 +250,7 @@ class Recorder:
         expected = self.writes(stored.tail, stamped, before, stored.turns - gone, now)
         user = UserKeys(keys.tenant, user_id) if user_id else None
         cross = self.composition.cross_session
-        recorded = await self.store.record(
+        recorded = await self.store.sessions.record(
             keys,
             stamped,
             now=now,
@@ -275,13 +272,13 @@ class Recorder:
                 stored.tail, stamped, recorded.first - 1, recorded.turns - users, now
             )
             if actual.jobs:
-                await self.store.enqueue(keys, actual.jobs)
+                await self.store.queue.enqueue(keys, actual.jobs)
             for pin in actual.pins:
-                await self.store.add_pin(keys, pin)
+                await self.store.sessions.add_pin(keys, pin)
         if recorded.new_user and user is not None:
             foreseen = user_id != stored.user_id
             if not foreseen:  # a concurrent turn changed the session's user meanwhile
-                await self.store.index_user_session(user, keys.session_id)
+                await self.store.users.index_user_session(user, keys.session_id)
             if foreseen and cross is not None:
                 await self._end_sessions(user, recorded.idle)
             else:
@@ -334,10 +331,10 @@ class Recorder:
         cross = self.composition.cross_session
         if cross is None:
             return
-        idle = await self.store.idle_sessions(
+        idle = await self.store.users.idle_sessions(
             user, idle_before=now - cross.idle_end_s, exclude=keys.session_id
         )
         await self._end_sessions(user, idle)
 
     async def _end_sessions(self, user: UserKeys, session_ids: Sequence[str]) -> None:
-        await self.store.end_sessions(user, session_ids, END_JOB)
+        await self.store.queue.end_sessions(user, session_ids, END_JOB)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway import codec
-from gateway.auth.identity import Identity
+from gateway.auth.identity import Identity, MemoryMode
 from gateway.errors import QuotaExceeded
 from gateway.memory import images as media
 from gateway.memory.assemble import Context
@@ -34,6 +35,28 @@ class Turn:
     # the images' bytes by hash (recorded once each with the turn).
     ingested: tuple[Message, ...] = ()
     media: Mapping[str, media.Blob] = field(default_factory=dict)
+    # The answer's length the request asked room for: a retry's smaller budget keeps it.
+    requested_output: int | None = None
+
+    @property
+    def records(self) -> bool:
+        """Whether the answer is to be recorded (memory on, not read-only)."""
+        return self.identity.mode is MemoryMode.ON
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A turn once its answer is over (or cut short): the tokens it took, as the rate
+    limits charge them."""
+
+    context_tokens: int  # the context forwarded, by the gateway's count
+    # The upstream's counts (its ``usage``), when it gave them.
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    answer: Message | None  # None: the upstream answered nothing (an error, a refusal)
+    # The tokens of an answer's chat payload in the turn's model, to count after the
+    # response (``TokenCounter.count_payload``).
+    count: Callable[[dict[str, Any]], int]
 
 
 def stored_receipt(

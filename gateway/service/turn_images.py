@@ -14,8 +14,9 @@ from gateway.memory import images as media
 from gateway.memory.assemble import Context
 from gateway.memory.model import Message
 from gateway.memory.reconcile import Reconciled
+from gateway.service.ports import SessionStore
 from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import RedisStore, StoreUnavailable
+from gateway.store.redis_store import StoreUnavailable
 from gateway.text.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ async def ingested(
 
 class Images:
     def __init__(
-        self, store: RedisStore, counter: TokenCounter, mode: str, max_request_bytes: int
+        self, store: SessionStore, counter: TokenCounter, mode: str, max_request_bytes: int
     ) -> None:
         self.store = store
         self.counter = counter

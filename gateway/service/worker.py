@@ -28,9 +28,9 @@ from gateway.memory.jobs import Job, needed_range
 from gateway.memory.model import Message, Tiers
 from gateway.observability import metrics
 from gateway.presets import Composition
-from gateway.service.ports import Embedder
+from gateway.service.ports import Embedder, JobQueue, Store
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import JobNotice, RedisStore, StoreUnavailable
+from gateway.store.redis_store import JobNotice, StoreUnavailable
 from gateway.summarize.run import run_job
 from gateway.summarize.summarizer import Summarizer
 
@@ -47,7 +47,7 @@ class JobRunner:
 
     def __init__(
         self,
-        store: RedisStore,
+        store: Store,
         summarizer: Summarizer,
         composition: Composition,
         clock: Callable[[], float] = time.time,
@@ -71,7 +71,7 @@ class JobRunner:
         """Run the job under the session's lease; wait while someone else holds it."""
         if job.kind == "end":
             await self.end(keys)
-            await self.store.finish_job(keys, job)
+            await self.store.queue.finish_job(keys, job)
             return "written"
         if job.kind == "embed":
             return await self._embed(keys, job)
@@ -88,14 +88,14 @@ class JobRunner:
             return await self._run_leased(keys, job)
         finally:
             try:
-                await self.store.release_lease(keys, holder)
+                await self.store.queue.release_lease(keys, holder)
             except StoreUnavailable:
                 self._unreleased[keys] = holder
                 raise
 
     async def _take_lease(self, keys: SessionKeys, holder: str) -> bool:
         try:
-            return await self.store.take_lease(keys, holder, self.lease_ms)
+            return await self.store.queue.take_lease(keys, holder, self.lease_ms)
         except StoreUnavailable:
             # The lease may have been set with only its reply lost (Redis killed after the
             # write; with AOF it comes back holding it): released like any leftover, or
@@ -109,27 +109,27 @@ class JobRunner:
         while self._unreleased:
             keys, holder = self._unreleased.popitem()
             try:
-                await self.store.release_lease(keys, holder)  # only if still ours (a script)
+                await self.store.queue.release_lease(keys, holder)  # only if still ours (a script)
             except StoreUnavailable:
                 self._unreleased.setdefault(keys, holder)
                 raise
 
     async def _run_leased(self, keys: SessionKeys, job: Job) -> Outcome:
         for _ in range(_CAS_ATTEMPTS):
-            exists, tiers, pending = await self.store.job_state(keys)
+            exists, tiers, pending = await self.store.sessions.job_state(keys)
             if not exists:
                 return "gone"
             if job.id not in {p.id for p in pending}:
                 return "done"  # another worker (or a flush) finished it
             start, end = needed_range(job, tiers)
-            messages = await self.store.messages(keys, start, end)
+            messages = await self.store.sessions.messages(keys, start, end)
             updated = await run_job(
                 job, self.composition, tiers, messages, self.summarizer, now=self.clock()
             )
             if updated is None:
-                await self.store.finish_job(keys, job)
+                await self.store.queue.finish_job(keys, job)
                 return "noop"
-            result = await self.store.write_tiers(keys, tiers.version, updated, job)
+            result = await self.store.sessions.write_tiers(keys, tiers.version, updated, job)
             if result == 1:
                 return "written"
             if result == -1:
@@ -139,7 +139,8 @@ class JobRunner:
     async def _embed(self, keys: SessionKeys, job: Job) -> Outcome:
         """Vectors of newly recorded messages, for recall's reranking."""
         if self.embedder is not None:
-            messages = [m for m in await self.store.messages(keys, job.start, job.end) if m.text]
+            stored = await self.store.sessions.messages(keys, job.start, job.end)
+            messages = [m for m in stored if m.text]
             try:
                 vectors = await self.embedder.embed([m.text for m in messages])
             except EmbeddingsUnavailable as error:
@@ -147,13 +148,13 @@ class JobRunner:
                 log.warning("embeddings not made for %s: %s", job.id, error)
             else:
                 packed = {m.index: rerank.pack(v) for m, v in zip(messages, vectors, strict=True)}
-                await self.store.save_vectors(keys, packed)
-        await self.store.finish_job(keys, job)
+                await self.store.sessions.save_vectors(keys, packed)
+        await self.store.queue.finish_job(keys, job)
         return "written"
 
     async def flush(self, keys: SessionKeys) -> int:
         """Run the session's pending jobs now, oldest first; how many ran."""
-        _, _, pending = await self.store.job_state(keys)
+        _, _, pending = await self.store.sessions.job_state(keys)
         await self._run_summaries(keys, pending)
         if any(job.kind == "end" for job in pending):
             await self.run(keys, next(job for job in pending if job.kind == "end"))
@@ -163,17 +164,17 @@ class JobRunner:
         """Close a session (seed 001): its final summary and facts go to its user's history,
         and the user's cross-session profile is rebuilt from their last sessions."""
         await self.flush_summaries(keys)
-        meta = await self.store.meta(keys)
+        meta = await self.store.sessions.meta(keys)
         if not meta:
             return  # erased meanwhile
         now = self.clock()
         user_id = meta.get("user_id")
         cross = self.composition.cross_session
         if user_id and cross is not None:
-            _, tiers, _ = await self.store.job_state(keys)
+            _, tiers, _ = await self.store.sessions.job_state(keys)
             user = UserKeys(keys.tenant, user_id)
-            history = await self.store.user_history(user)
-            count, recent = await self.store.tail(keys, 10)
+            history = await self.store.users.user_history(user)
+            count, recent = await self.store.sessions.tail(keys, 10)
             entry = {
                 "session_id": keys.session_id,
                 "ended": now,
@@ -189,20 +190,20 @@ class JobRunner:
                 "facts": durable.union([e["facts"] for e in reversed(entries)], keep=20),
                 "sessions": [e["session_id"] for e in entries],
             }
-            await self.store.save_user_history(user, entry, profile, keep=cross.sessions)
-        ended = await self.store.end_session(keys, now)
+            await self.store.users.save_user_history(user, entry, profile, keep=cross.sessions)
+        ended = await self.store.sessions.end_session(keys, now)
         if user_id:
             user = UserKeys(keys.tenant, user_id)
             if ended:  # no longer among the user's sessions that may go idle
-                await self.store.leave_active(user, keys.session_id)
+                await self.store.users.leave_active(user, keys.session_id)
             else:
                 # Erased while we summarized: what we just wrote to the user's memory goes
                 # too (the erasure removes the session first, then its traces, so one of
                 # the two always sees the other's work).
-                await self.store.forget_user_session(user, keys.session_id)
+                await self.store.users.forget_user_session(user, keys.session_id)
 
     async def flush_summaries(self, keys: SessionKeys) -> None:
-        _, _, pending = await self.store.job_state(keys)
+        _, _, pending = await self.store.sessions.job_state(keys)
         await self._run_summaries(keys, pending)
 
     async def _run_summaries(self, keys: SessionKeys, jobs: list[Job]) -> None:
@@ -224,7 +225,7 @@ class JobRunner:
         """The job a notice names, after the session's older pending jobs: their own
         notices may have been lost (a cluster master that failed as the turn was recorded
         on another), and a session's jobs are made in order anyway."""
-        _, _, pending = await self.store.job_state(notice.keys)
+        _, _, pending = await self.store.sessions.job_state(notice.keys)
         job = next((p for p in pending if p.id == notice.job_id), None)
         if job is None:
             return "done"
@@ -243,7 +244,7 @@ class Worker:
 
     def __init__(
         self,
-        store: RedisStore,
+        queue: JobQueue,
         runner: JobRunner,
         *,
         concurrency: int = 4,
@@ -251,7 +252,7 @@ class Worker:
         reclaim_idle_ms: int = 60_000,
         consumer: str | None = None,
     ) -> None:
-        self.store = store
+        self.queue = queue
         self.runner = runner
         self.concurrency = concurrency
         self.block_ms = block_ms
@@ -261,9 +262,9 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
 
     @classmethod
-    def from_config(cls, store: RedisStore, runner: JobRunner, config: WorkerConfig) -> Worker:
+    def from_config(cls, store: Store, runner: JobRunner, config: WorkerConfig) -> Worker:
         return cls(
-            store,
+            store.queue,
             runner,
             concurrency=config.concurrency,
             block_ms=config.block_ms,
@@ -275,7 +276,7 @@ class Worker:
         ``_read``) and finishes its jobs, for up to ``STOP_GRACE_S`` more, and is cancelled
         past that: a call still waiting on a Redis node that went away must not hold up a
         shutdown. A job cut short was not acknowledged: another worker takes it over."""
-        shards = range(self.store.job_shards)
+        shards = range(self.queue.job_shards)
         consumers = [asyncio.ensure_future(self._consume(shard, stop)) for shard in shards]
         stopping = asyncio.ensure_future(stop.wait())
         try:
@@ -297,12 +298,12 @@ class Worker:
         while not stop.is_set():
             try:
                 if not group_ready:
-                    await self.store.ensure_group(shard)
+                    await self.queue.ensure_group(shard)
                     group_ready = True
                 notices: list[JobNotice] = []
                 if time.monotonic() - last_reclaim > self.reclaim_idle_ms / 2000:
                     last_reclaim = time.monotonic()
-                    notices = await self.store.reclaim_jobs(
+                    notices = await self.queue.reclaim_jobs(
                         shard, self.consumer, min_idle_ms=self.reclaim_idle_ms,
                         count=self.concurrency,
                     )  # fmt: skip
@@ -327,7 +328,7 @@ class Worker:
         ``reclaim_idle_ms`` like a crashed consumer's.
         """
         read = asyncio.ensure_future(
-            self.store.read_jobs(
+            self.queue.read_jobs(
                 shard, self.consumer, count=self.concurrency, block_ms=self.block_ms
             )
         )
@@ -360,7 +361,7 @@ class Worker:
                 outcome = "done"
             if outcome == "conflict":  # it gave up on a session other writers kept busy
                 metrics.job_failed("conflict")
-            await self.store.ack_job(notice)
+            await self.queue.ack_job(notice)
             self.processed += 1
             log.debug("job %s: %s", notice.job_id, outcome)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.store.base import StoreBase, pairs, scored
+from gateway.store.calls import StoreCalls, pairs, scored
 from gateway.store.keys import SessionKeys, TenantKeys, all_tenants_indexes
 from gateway.store.link import Command
 
@@ -55,7 +55,7 @@ def write_turn(
     now (idempotent; see ``REFRESH_S``), and this turn's receipt kept. Receipts are a
     list, not a sorted set: a receipt is longer than a sorted set's compact encoding
     allows (64 bytes), and the list's is several times smaller. Sent twice (after a
-    script cache flush, see ``StoreBase.execute``) a receipt would show twice: readers
+    script cache flush, see ``StoreCalls.execute``) a receipt would show twice: readers
     drop repeats."""
     commands: list[Command] = []
     if receipt is not None:
@@ -113,8 +113,10 @@ def _glob_escape(text: str) -> str:
 
 
 class Catalog:
-    def __init__(self, store: StoreBase) -> None:
-        self.store = store
+    """The operator's lists: tenants, a tenant's sessions, a session's receipts."""
+
+    def __init__(self, calls: StoreCalls) -> None:
+        self._calls = calls
 
     async def tenants(self, *, now: float, limit: int = 100) -> list[tuple[str, float]]:
         """Tenant ids with their last activity, newest first."""
@@ -135,7 +137,7 @@ class Catalog:
     async def _newest_of(
         self, indexes: tuple[str, ...], now: float, limit: int
     ) -> list[tuple[Any, float]]:
-        live_since = now - self.store.retention_s - REFRESH_S  # see REFRESH_S
+        live_since = now - self._calls.retention_s - REFRESH_S  # see REFRESH_S
 
         commands: list[Command] = []
         for key in indexes:
@@ -143,20 +145,20 @@ class Catalog:
             commands.append(
                 ("ZREVRANGEBYSCORE", key, "+inf", repr(live_since), "WITHSCORES", "LIMIT", 0, limit)
             )
-        replies = await self.store.execute(commands, op="catalog_list")
+        replies = await self._calls.execute(commands, op="catalog_list")
         return [item for reply in replies[1::2] for item in scored(reply)]
 
     async def _search(
         self, shards: tuple[str, ...], search: str, now: float
     ) -> list[tuple[Any, float]]:
-        live_since = now - self.store.retention_s - REFRESH_S  # see REFRESH_S
+        live_since = now - self._calls.retention_s - REFRESH_S  # see REFRESH_S
         pattern = f"*{_glob_escape(search)}*"
         found: list[tuple[Any, float]] = []
         for key in shards:
             cursor: Any = 0
             while True:
                 command = ("ZSCAN", key, cursor, "MATCH", pattern, "COUNT", 500)
-                ((cursor, page),) = await self.store.execute([command], op="catalog_search")
+                ((cursor, page),) = await self._calls.execute([command], op="catalog_search")
                 for member, score in scored(page):
                     if score >= live_since:
                         found.append((member, score))
@@ -172,7 +174,7 @@ class Catalog:
         commands: list[Command] = []
         for keys in sessions:
             commands += [("HGETALL", keys.meta), ("LLEN", keys.log)]
-        replies = await self.store.execute(commands, op="catalog_describe") if commands else []
+        replies = await self._calls.execute(commands, op="catalog_describe") if commands else []
         sizes = await self._sizes(sessions)
         listed, gone = [], []
         for i, (keys, (_, updated)) in enumerate(zip(sessions, chosen, strict=True)):
@@ -195,7 +197,7 @@ class Catalog:
             )
         listed.sort(key=lambda session: (-session.updated, session.session_id))
         if gone:
-            await self.store.execute([forget_session(keys) for keys in gone], op="catalog_trim")
+            await self._calls.execute([forget_session(keys) for keys in gone], op="catalog_trim")
         return listed
 
     async def _sizes(self, sessions: list[SessionKeys]) -> list[int | None]:
@@ -206,7 +208,7 @@ class Catalog:
         ]
         # An error reply (MEMORY refused) is returned in its place: that size is unknown.
         replies = (
-            await self.store.execute(commands, op="catalog_sizes", needed=0) if commands else []
+            await self._calls.execute(commands, op="catalog_sizes", needed=0) if commands else []
         )
         sizes: list[int | None] = []
         for i in range(len(sessions)):
@@ -217,5 +219,5 @@ class Catalog:
 
     async def receipts(self, keys: SessionKeys) -> list[dict[str, Any]]:
         """The session's recent receipts, newest first."""
-        (raw,) = await self.store.execute([("LRANGE", keys.receipts, 0, -1)], op="receipts")
+        (raw,) = await self._calls.execute([("LRANGE", keys.receipts, 0, -1)], op="receipts")
         return [json.loads(item) for item in dict.fromkeys(raw)]  # a repeat: one receipt

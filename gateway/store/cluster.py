@@ -7,7 +7,8 @@ tag: its scripts run whole on one master. The user's keys and the job-stream sha
 notice goes to may live on others; a command never spans two slots.
 
 redis-py's ``RedisCluster`` keeps the slot map (read from the cluster at start), shared
-with the client the rest of the store uses:
+with the client the rest of the store uses; its private parts are reached through
+``gateway.compat.redis.SlotMap``:
 
 * ``MOVED`` (a slot that moved: a failover, a resharding): the command did not run. The
   map is corrected from the reply and the command sent to the slot's new master, once.
@@ -29,6 +30,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import AskError, MovedError, RedisError
 
+from gateway.compat.redis import SlotMap
 from gateway.store.connections import LINKS, Connections
 
 # Commands whose first key is not their first argument.
@@ -58,6 +60,7 @@ class ClusterConnections:
 
     def __init__(self, cluster: RedisCluster, links: int = LINKS) -> None:
         self._cluster = cluster
+        self._slots = SlotMap(cluster)
         self._size = links
         self._masters: dict[str, Connections] = {}
         self._initialized = False
@@ -69,11 +72,10 @@ class ClusterConnections:
         """Each command on its slot's master, all at once; the replies in order.
         ``timeout_s``: each master's deadline (see ``Connections.execute``)."""
         await self._initialize()
-        nodes = self._cluster.nodes_manager
         groups: dict[str, tuple[ClusterNode, list[int]]] = {}
         for at, command in enumerate(commands):
             slot = slot_of(command)
-            node = nodes.get_node_from_slot(slot) if slot is not None else self._any_master()
+            node = self._slots.master_of(slot) if slot is not None else self._any_master()
             groups.setdefault(node.name, (node, []))[1].append(at)
         replies: list[Any] = [None] * len(commands)
 
@@ -116,15 +118,12 @@ class ClusterConnections:
     async def _redirected(
         self, command: tuple[Any, ...], error: AskError, timeout_s: float | None
     ) -> Any:
-        nodes = self._cluster.nodes_manager
         if isinstance(error, MovedError):
-            await nodes.move_slot(error)
-            node = nodes.get_node_from_slot(error.slot_id)
+            await self._slots.moved(error)
+            node = self._slots.master_of(error.slot_id)
             (reply,) = await self._on(node).execute([command], timeout_s)
             return reply
-        node = nodes.get_node(host=error.host, port=error.port) or ClusterNode(
-            error.host, error.port, **nodes.connection_kwargs
-        )
+        node = self._slots.node_at(error.host, error.port)
         _, reply = await self._on(node).execute([("ASKING",), command], timeout_s)
         return reply
 
@@ -138,7 +137,7 @@ class ClusterConnections:
         return self._all()[0]
 
     def _all(self) -> list[ClusterNode]:
-        return self._cluster.nodes_manager.get_nodes_by_server_type("primary")
+        return self._slots.masters()
 
     async def _initialize(self) -> None:
         if not self._initialized:
@@ -151,7 +150,7 @@ class ClusterConnections:
 
     async def _reread_map(self) -> None:
         with contextlib.suppress(RedisError, OSError):  # the next failed call tries again
-            await self._cluster.nodes_manager.initialize()
+            await self._slots.reread()
 
     async def aclose(self) -> None:
         if self._refreshing is not None:

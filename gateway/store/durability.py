@@ -17,8 +17,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.store.base import StoreUnavailable
-from gateway.store.server import ServerStore
+from gateway.store.calls import StoreUnavailable
+from gateway.store.redis_server import RedisServer
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def durability_warnings(settings: Mapping[str, str]) -> list[str]:
     return warnings
 
 
-async def check_durability(store: ServerStore, timeout_s: float) -> list[str]:
+async def check_durability(store: RedisServer, timeout_s: float) -> list[str]:
     """The warnings for the store's Redis; raises ``StoreUnavailable`` if it cannot tell."""
     settings = await store.server_config(SETTINGS, timeout_s)
     if settings is None:
@@ -72,7 +72,7 @@ async def check_durability(store: ServerStore, timeout_s: float) -> list[str]:
     return durability_warnings(settings)
 
 
-async def warn_if_not_durable(store: ServerStore, timeout_s: float = 2.0) -> None:
+async def warn_if_not_durable(store: RedisServer, timeout_s: float = 2.0) -> None:
     """Log each warning; never raise (the gateway serves without memory if it must)."""
     try:
         warnings = await check_durability(store, timeout_s)

@@ -6,23 +6,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.store.base import StoreBase, pairs
+from gateway.store.calls import StoreCalls, pairs
 from gateway.store.keys import AUTH_KEYS, AUTH_VERSION
 
 
 class GatewayKeys:
     """Create, list and revoke gateway keys; tell whether any changed since a version."""
 
-    def __init__(self, store: StoreBase) -> None:
-        self.store = store
+    def __init__(self, calls: StoreCalls) -> None:
+        self._calls = calls
 
     async def changed_since(self, version: int | None) -> tuple[int, list[dict[str, Any]]] | None:
         """None when the keys are as at ``version``; else the version and every record's data."""
-        (raw_version,) = await self.store.execute([("GET", AUTH_VERSION)], op="keys_version")
+        (raw_version,) = await self._calls.execute([("GET", AUTH_VERSION)], op="keys_version")
         current = int(raw_version or 0)
         if current == version:
             return None
-        (raw,) = await self.store.execute([("HGETALL", AUTH_KEYS)], op="keys_read")
+        (raw,) = await self._calls.execute([("HGETALL", AUTH_KEYS)], op="keys_read")
         records = [json.loads(value) for value in pairs(raw).values()]
         return current, records
 
@@ -34,6 +34,6 @@ class GatewayKeys:
 
     async def _change(self, key_id: str, data: str) -> object:
         """Changes the keys and moves their version in one step (``change_key.lua``)."""
-        call = self.store.script("change_key", [AUTH_KEYS, AUTH_VERSION], [key_id, data])
-        (reply,) = await self.store.execute([call], op="keys_change")
+        call = self._calls.script("change_key", [AUTH_KEYS, AUTH_VERSION], [key_id, data])
+        (reply,) = await self._calls.execute([call], op="keys_change")
         return reply

@@ -1,53 +1,21 @@
-"""The whole Redis key schema.
+"""The whole Redis key schema: every key the gateway writes is built here, and ``SCHEMA``
+lists each family with its Redis type and expiry (docs/architecture.md's key table is
+generated from it; tests/integration/test_key_schema.py records turns, scans Redis and
+checks every key against it).
 
 Every key of one session carries the same hash tag ``{<tenant>.<session>}`` so that the
 session's atomic scripts (append a turn, compare-and-set the tiers) stay in one Redis
-Cluster slot. A user's index of sessions lives in the user's own slot. The ids enter
-keys only as hashes: they may hold any printable character, braces included, which
-would otherwise break the tag; the ids themselves are kept in the meta hash.
-
-    mg:{t.s}:meta     HASH    sid, user_id, created, updated, turns, ended; gen (the log's
-                              generation: new when its end is replaced), prev and kept
-                              (the generation before, and how many messages it kept)
-    mg:{t.s}:log      LIST    every message as JSON; position + 1 is its index
-    mg:{t.s}:vec      LIST    each message's recall vector (128 signed bytes, "" for none),
-                              aligned with the log's end: the last entry is the last message's
-    mg:{t.s}:tiers    STRING  summaries, evolving summary, key Q/A, facts (JSON, versioned)
-    mg:{t.s}:pins     HASH    pin id -> pin JSON
-    mg:{t.s}:jobs     HASH    job id -> job JSON, while the job is pending
-    mg:{t.s}:lease    STRING  the runner working on the session's jobs (expires)
-    mg:{t.s}:index    HASH    (no longer written: an older version's recall postings,
-                              erased with the session)
-    mg:{t.s}:vectors  HASH    message index -> float32 embedding (optional reranking)
-    mg:{t.s}:receipts LIST    the last recorded turns' receipts (JSON), newest first: what
-                              was forwarded, per tier, and under which request id
-    mg:{t.s}:media    HASH    sha256 (hex) -> an image's bytes, once per session however
-                              many messages show it (``memory.media: store``)
-    mg:{t.s}:branches LIST    abandoned branches, oldest first: what an edit or a regenerate
-                              took off the log's end, as {"from": messages kept, "at": time,
-                              "kind": "edit"|"regenerate", "messages": [stored JSON...]}
-    mg:{t.i<n>}:sessions ZSET shard n of a tenant's sessions: session id -> last activity
-                              (the inspector's and ``GET /memory/sessions``' list)
-    mg:tenants:{t<n>} ZSET    shard n of the tenants: tenant id -> last activity
-    mg:{t.u}:sessions SET     session ids of one user
-    mg:{t.u}:history  LIST    the user's last ended sessions: final summary and facts
-    mg:{t.u}:profile  STRING  cross-session summary and facts built from the history
-    mg:jobs:{n}       STREAM  shard n of the job notices {tenant, sid, job}; consumer
-                              group "summarizers". A session's notices all go to one
-                              shard; the shard number is the hash tag, so on a cluster
-                              the shards spread over the masters (``worker.job_shards``)
-    mg:tenant-secret  STRING  the HMAC key of tenant ids (when not configured)
-    mg:{auth}:keys    HASH    gateway keys made through /admin/keys: key hash -> record
-                              (tenant, users, upstream key name, quota); never a key
-    mg:{auth}:version STRING  grows with every key made or revoked: processes re-read
-                              the keys when it moves
-    mg:{t}:usage      STRING  bytes of messages a tenant has stored (its quota)
+Cluster slot. A user's index of sessions lives in the user's own slot, a tenant's rate
+limits in the tenant's. The ids enter keys only as hashes: they may hold any printable
+character, braces included, which would otherwise break the tag; the ids themselves are
+kept in the meta hash.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from gateway.caching import memo
 
@@ -116,6 +84,8 @@ class SessionKeys:
 
     @property
     def index(self) -> str:
+        # Never written any more (an older version's recall postings); kept so that an
+        # erase still deletes it while sessions of that version are within retention.
         return f"{PREFIX}:{self.tag}:index"
 
     @property
@@ -219,3 +189,167 @@ def job_stream(shard: int) -> str:
 def job_shard(keys: SessionKeys, shards: int) -> int:
     """The shard of a session's job notices: always the same one, spread evenly."""
     return int(_digest(f"{keys.tenant}.{keys.session_id}")[:8], 16) % shards
+
+
+def limit_scope(tenant: str, key_id: str = "") -> str:
+    """The common part of one rate-limit scope's keys: a tenant's own counters, or those of
+    one of its keys. Every scope of a tenant carries the tenant's tag (one cluster slot),
+    so one script admits a request against all of them."""
+    scope = f"k.{key_id}" if key_id else "t"
+    return f"{PREFIX}:{{rl.{tenant}}}:{scope}"
+
+
+def limit_counters(scope: str, window: int) -> list[str]:
+    """A scope's keys in ``admit.lua``'s order: requests in the previous and the current
+    minute, tokens in the previous and the current minute, the in-flight set."""
+    return [
+        f"{scope}:req.{window - 1}",
+        f"{scope}:req.{window}",
+        f"{scope}:tok.{window - 1}",
+        f"{scope}:tok.{window}",
+        limit_in_flight(scope),
+    ]
+
+
+def limit_in_flight(scope: str) -> str:
+    return f"{scope}:busy"
+
+
+def ui_session(token_hash: str) -> str:
+    """An inspector login, by its cookie's hash (the cookie itself is never stored)."""
+    return f"{PREFIX}:{{ui}}:session:{token_hash}"
+
+
+def ui_login_attempts(address_hash: str) -> str:
+    """Failed inspector logins of one client address, by the address's hash."""
+    return f"{PREFIX}:{{ui}}:login:{address_hash}"
+
+
+# --- the schema -----------------------------------------------------------------------------
+
+# What each <name> of a pattern stands for: the text it matches, and what it is.
+PLACEHOLDERS: dict[str, tuple[str, str]] = {
+    "tenant": ("[0-9a-f]+", "a tenant's id (a keyed hash of its name or key)"),
+    "session": ("[0-9a-f]{24}", "a session id's hash"),
+    "user": ("[0-9a-f]{24}", "a user id's hash"),
+    "n": ("[0-9]+", "a shard's number"),
+    "minute": ("[0-9]+", "a minute's number since the epoch"),
+    "scope": (r"t|k\.[0-9a-f]{32}", "`t` (the tenant's own counters) or `k.<key id>` (a key's)"),
+    "token": ("[0-9a-f]{64}", "a login cookie's hash"),
+    "address": ("[0-9a-f]{32}", "a client address's hash"),
+}
+_PLACEHOLDER = re.compile(r"<(\w+)>")
+
+RETENTION = "retention"  # ``redis.retention_days`` after the family's last write
+NEVER = "never"
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    parts, last = [], 0
+    for found in _PLACEHOLDER.finditer(pattern):
+        text, _ = PLACEHOLDERS[found[1]]
+        parts += [re.escape(pattern[last : found.start()]), f"(?:{text})"]
+        last = found.end()
+    parts.append(re.escape(pattern[last:]))
+    return re.compile("".join(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyShape:
+    """One family of keys: its pattern (``<name>``: see ``PLACEHOLDERS``), the type Redis's
+    ``TYPE`` answers for it, how it expires (``RETENTION``, ``NEVER``, or what sets its
+    time) and what it holds."""
+
+    pattern: str
+    redis_type: str
+    ttl: str
+    what: str
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", _pattern_regex(self.pattern))
+
+    @property
+    def expires(self) -> bool:
+        return self.ttl != NEVER
+
+    def matches(self, key: str) -> bool:
+        return self.regex.fullmatch(key) is not None
+
+
+_S = PREFIX + ":{<tenant>.<session>}:"
+_U = PREFIX + ":{<tenant>.u<user>}:"
+_RL = PREFIX + ":{rl.<tenant>}:<scope>:"
+
+# Every family of keys the gateway writes, in the order the docs show them.
+SCHEMA: tuple[KeyShape, ...] = (
+    KeyShape(_S + "meta", "hash", RETENTION,
+             "sid, user_id, created, updated, turns, ended, bytes (the quota's share); gen "
+             "(the log's generation: new when its end is replaced), prev and kept (the "
+             "generation before, and how many messages it kept); rec, rec_first, rec_pred "
+             "(the last record's id and outcome: a retried record appends nothing)"),
+    KeyShape(_S + "log", "list", RETENTION, "every message as JSON; position + 1 is its index"),
+    KeyShape(_S + "vec", "list", RETENTION,
+             "each message's recall vector (128 signed bytes, empty for none), aligned with "
+             "the log's end"),
+    KeyShape(_S + "tiers", "string", RETENTION,
+             "summaries, evolving summary, key Q/A, facts (JSON, versioned)"),
+    KeyShape(_S + "pins", "hash", RETENTION, "pin id → pin JSON"),
+    KeyShape(_S + "jobs", "hash", RETENTION, "job id → job JSON, while the job is pending"),
+    KeyShape(_S + "lease", "string", "the lease's time (`PX`)",
+             "the runner working on the session's jobs"),
+    KeyShape(_S + "index", "hash", RETENTION,
+             "not written any more: an older version's recall postings, deleted with their "
+             "session"),
+    KeyShape(_S + "vectors", "hash", RETENTION,
+             "message index → float32 embedding (optional reranking)"),
+    KeyShape(_S + "receipts", "list", RETENTION,
+             "the last recorded turns' receipts (JSON), newest first: what was forwarded, "
+             "per tier, and under which request id"),
+    KeyShape(_S + "media", "hash", RETENTION,
+             "sha256 (hex) → an image's bytes, once per session however many messages show "
+             "it (`memory.media: store`)"),
+    KeyShape(_S + "branches", "list", RETENTION,
+             "abandoned branches, oldest first: what an edit or a regenerate took off the "
+             "log's end, as {from (messages kept), at, kind (edit or regenerate), messages}"),
+    KeyShape(PREFIX + ":{<tenant>.i<n>}:sessions", "zset", "retention + 5 min",
+             "shard n of a tenant's sessions (16): session id → last activity (the "
+             "inspector's and `GET /memory/sessions`' list)"),
+    KeyShape(PREFIX + ":tenants:{t<n>}", "zset", "retention + 5 min",
+             "shard n of the tenants (16): tenant id → last activity"),
+    KeyShape(_U + "sessions", "set", RETENTION, "the user's session ids"),
+    KeyShape(_U + "active", "zset", RETENTION,
+             "the user's sessions not yet ended → last activity (the idle ones are found by "
+             "score)"),
+    KeyShape(_U + "history", "list", RETENTION,
+             "the user's last ended sessions: final summary and facts"),
+    KeyShape(_U + "profile", "string", RETENTION,
+             "cross-session summary and facts built from the history"),
+    KeyShape(PREFIX + ":{<tenant>}:usage", "string", RETENTION,
+             "bytes of messages the tenant has stored (its quota)"),
+    KeyShape(PREFIX + ":jobs:{<n>}", "stream", NEVER,
+             "shard n of the job notices {tenant, sid, job} (`worker.job_shards`), capped in "
+             "length; consumer group `summarizers`. A session's notices all go to one shard; "
+             "the shard number is the hash tag, so on a cluster the shards spread over the "
+             "masters"),
+    KeyShape(TENANT_SECRET_KEY, "string", NEVER,
+             "the HMAC key of tenant ids (when `server.tenant_secret` is not set)"),
+    KeyShape(AUTH_KEYS, "hash", NEVER,
+             "gateway keys made through `/admin/keys`: key hash → record (tenant, users, "
+             "upstream key name, quota); never a key"),
+    KeyShape(AUTH_VERSION, "string", NEVER,
+             "grows with every key made or revoked: processes re-read the keys when it moves"),
+    KeyShape(_RL + "req.<minute>", "string", "2 min", "requests admitted in a minute"),
+    KeyShape(_RL + "tok.<minute>", "string", "2 min", "tokens charged in a minute"),
+    KeyShape(_RL + "busy", "zset", "`limits.lease_s`",
+             "requests in flight: lease id → its expiry"),
+    KeyShape(PREFIX + ":{ui}:session:<token>", "string", "`ui.session_s`",
+             "an inspector login (its cookie's hash)"),
+    KeyShape(PREFIX + ":{ui}:login:<address>", "string", "`ui.login_window_s`",
+             "failed inspector logins of one client address"),
+)  # fmt: skip
+
+
+def shapes_of(key: str) -> tuple[KeyShape, ...]:
+    """The families ``key`` belongs to: exactly one for every key the gateway writes."""
+    return tuple(shape for shape in SCHEMA if shape.matches(key))

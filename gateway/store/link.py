@@ -8,7 +8,9 @@ pipelined connections) on a single Redis, ``cluster`` (the same, per master, wit
 ``MOVED``/``ASK`` followed) on a Redis Cluster.
 
 The deadline is one mechanism, the connections': how long Redis may stay silent on the
-call's connection (see ``connections``); past it, ``TimeoutError``.
+call's connection (see ``connections``); past it, ``TimeoutError``. Each call names its
+operation (``op``, the store's name for it): one who watches the link (a test counting a
+turn's round trips) sees what each round trip was for.
 
 redis-py is used here only to connect and, on a cluster, for the slot map; the private
 parts of it the connections need are in ``gateway.compat.redis``.
@@ -41,14 +43,19 @@ class RedisLink:
             else Connections(client.connection_pool)
         )
 
-    async def execute(self, commands: Sequence[Command], *, deadline: float | None) -> list[Any]:
+    async def execute(
+        self, commands: Sequence[Command], *, deadline: float | None, op: str
+    ) -> list[Any]:
         """The commands' replies, in order, in one round trip (one per master a cluster's
-        commands reach, all at once). ``deadline``: seconds Redis may stay silent (None:
-        the caller bounds the call). Raises ``TimeoutError`` past it, redis-py's
-        ``ConnectionError`` when the connection is lost."""
+        commands reach, all at once) for the store's operation ``op``. ``deadline``:
+        seconds Redis may stay silent (None: the caller bounds the call). Raises
+        ``TimeoutError`` past it, redis-py's ``ConnectionError`` when the connection is
+        lost."""
         return await self._connections.execute(commands, deadline)
 
-    async def per_server(self, commands: Sequence[Command], *, deadline: float | None) -> None:
+    async def per_server(
+        self, commands: Sequence[Command], *, deadline: float | None, op: str
+    ) -> None:
         """The commands once on each server (loading scripts); an error reply raises."""
         await self._connections.per_server(commands, deadline)
 

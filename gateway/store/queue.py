@@ -17,7 +17,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from gateway.memory.jobs import Job
-from gateway.store.base import StoreBase
+from gateway.store.backlog import JobBacklog, backlog_commands, backlogs_from
+from gateway.store.calls import StoreCalls
 from gateway.store.keys import JOB_GROUP, SessionKeys, UserKeys, job_shard, job_stream
 from gateway.store.link import Command
 
@@ -48,8 +49,16 @@ def announce(keys: SessionKeys, jobs: Sequence[Job], shards: int) -> list[Comman
     ]
 
 
-class JobQueue(StoreBase):
+class JobQueue:
     """The job stream, its consumer group, and the sessions' leases."""
+
+    def __init__(self, calls: StoreCalls) -> None:
+        self._calls = calls
+
+    @property
+    def job_shards(self) -> int:
+        """How many streams the notices are spread over (``worker.job_shards``)."""
+        return self._calls.job_shards
 
     async def enqueue(self, keys: SessionKeys, jobs: Sequence[Job]) -> None:
         """Remember the session's pending jobs and notify the workers (one round trip)."""
@@ -57,10 +66,10 @@ class JobQueue(StoreBase):
         pending = [part for job in jobs for part in (job.id, json.dumps(job.to_data()))]
         commands: list[Command] = [
             ("HSET", keys.jobs, *pending),
-            ("EXPIRE", keys.jobs, self.retention_s),
-            *announce(keys, jobs, self.job_shards),
+            ("EXPIRE", keys.jobs, self._calls.retention_s),
+            *announce(keys, jobs, self._calls.job_shards),
         ]
-        await self.execute(commands, op="enqueue")
+        await self._calls.execute(commands, op="enqueue")
 
     async def end_sessions(self, user: UserKeys, session_ids: Sequence[str], end: Job) -> None:
         """Queue the ``end`` job of each of a user's sessions, which leave the user's
@@ -72,42 +81,47 @@ class JobQueue(StoreBase):
         for session_id in session_ids:
             keys = SessionKeys(user.tenant, session_id)
             commands.append(("HSET", keys.jobs, end.id, json.dumps(end.to_data())))
-            commands.append(("EXPIRE", keys.jobs, self.retention_s))
-            commands += announce(keys, [end], self.job_shards)
+            commands.append(("EXPIRE", keys.jobs, self._calls.retention_s))
+            commands += announce(keys, [end], self._calls.job_shards)
         commands.append(("ZREM", user.active, *session_ids))
-        await self.execute(commands, op="end_sessions")
+        await self._calls.execute(commands, op="end_sessions")
 
     async def finish_job(self, keys: SessionKeys, job: Job) -> None:
-        await self.execute([("HDEL", keys.jobs, job.id)], op="finish_job")
+        await self._calls.execute([("HDEL", keys.jobs, job.id)], op="finish_job")
 
     async def take_lease(self, keys: SessionKeys, holder: str, ttl_ms: int) -> bool:
         """One runner at a time per session: no duplicate summarizer calls, jobs in order."""
         command = ("SET", keys.lease, holder, "NX", "PX", ttl_ms)
-        (taken,) = await self.execute([command], op="take_lease")
+        (taken,) = await self._calls.execute([command], op="take_lease")
         return bool(taken)
 
     async def release_lease(self, keys: SessionKeys, holder: str) -> None:
-        await self.execute([self.script("release", [keys.lease], [holder])], op="release_lease")
+        await self._calls.execute(
+            [self._calls.script("release", [keys.lease], [holder])], op="release_lease"
+        )
 
     async def ensure_group(self, shard: int) -> None:
         async def create() -> None:
             try:
-                await self.client.xgroup_create(job_stream(shard), JOB_GROUP, id="0", mkstream=True)
+                await self._calls.client.xgroup_create(
+                    job_stream(shard), JOB_GROUP, id="0", mkstream=True
+                )
             except ResponseError as error:
                 if "BUSYGROUP" not in str(error):  # the group exists: fine
                     raise
 
-        await self.bounded(create)
+        await self._calls.bounded(create, op="ensure_group")
 
     async def read_jobs(
         self, shard: int, consumer: str, *, count: int, block_ms: int
     ) -> list[JobNotice]:
         stream = job_stream(shard)
-        raw: Any = await self.bounded(
-            lambda: self.client.xreadgroup(
+        raw: Any = await self._calls.bounded(
+            lambda: self._calls.client.xreadgroup(
                 JOB_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
             ),
-            timeout_s=self.timeout_s + block_ms / 1000,
+            op="read_jobs",
+            timeout_s=self._calls.timeout_s + block_ms / 1000,
         )
         return [
             _notice(shard, entry, fields) for _, entries in raw or () for entry, fields in entries
@@ -117,10 +131,11 @@ class JobQueue(StoreBase):
         self, shard: int, consumer: str, *, min_idle_ms: int, count: int
     ) -> list[JobNotice]:
         """Take over jobs a crashed consumer read but never acknowledged."""
-        result: Any = await self.bounded(
-            lambda: self.client.xautoclaim(
+        result: Any = await self._calls.bounded(
+            lambda: self._calls.client.xautoclaim(
                 job_stream(shard), JOB_GROUP, consumer, min_idle_ms, start_id="0-0", count=count
-            )
+            ),
+            op="reclaim_jobs",
         )
         return [_notice(shard, entry, fields) for entry, fields in result[1] if fields]
 
@@ -128,4 +143,14 @@ class JobQueue(StoreBase):
         stream = job_stream(notice.shard)
 
         commands = [("XACK", stream, JOB_GROUP, notice.entry_id), ("XDEL", stream, notice.entry_id)]
-        await self.execute(commands, op="ack_job")
+        await self._calls.execute(commands, op="ack_job")
+
+    async def backlog(self, *, timeout_s: float) -> dict[int, JobBacklog]:
+        """Each shard's backlog, in one round trip (on a cluster, one to each master
+        holding a shard, at once) under ``timeout_s``."""
+        shards = self._calls.job_shards
+        # An error reply (a shard with no stream yet) is returned in its place.
+        replies = await self._calls.execute(
+            backlog_commands(shards), op="job_backlog", needed=0, timeout_s=timeout_s
+        )
+        return backlogs_from(replies, shards)

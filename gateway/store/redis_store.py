@@ -1,25 +1,37 @@
-"""The Redis store, put together from its parts, one concern each:
+"""The Redis store: small parts, one concern each, composed over one link.
 
 - ``sessions``: the request path's load and record, a session's messages, vectors,
   images, tiers (compare-and-set), pins, end and erasure;
 - ``users``: a user's session index, history and profile;
-- ``queue``: the job stream, its consumer group, the sessions' leases;
+- ``queue``: the job stream, its consumer group, the sessions' leases, the backlog;
 - ``server``: PING, CONFIG and INFO, the tenant secret;
-- ``base``: the client, the link every call goes through (``link``), its deadline
-  (``StoreUnavailable``) and the scripts; ``codecs``: the scripts' typed arguments and
-  replies; ``scripts``: the Lua files.
+- ``limits``: the rate limits' counters; ``ui``: the inspector's logins;
+- ``gateway_keys``: the keys made through the admin API; ``catalog``: what an operator
+  browses (tenants, sessions, receipts).
 
-Callers hold one ``RedisStore`` and import its types from here.
+Under them, ``calls`` (private to the store): the client, the link every call goes
+through (``link``), the deadline (``StoreUnavailable``) and the scripts; ``codecs``: the
+scripts' typed arguments and replies; ``keys``: every key. Callers above the store
+depend on the parts' Protocols (``gateway.service.ports``) and import its types from here.
 """
 
 from __future__ import annotations
 
-from gateway.store.base import StoreUnavailable, create_client
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from gateway.store.calls import StoreCalls, StoreUnavailable, create_client
+from gateway.store.catalog import Catalog
 from gateway.store.codecs import Known, LogSlice, Predicted, Recorded
-from gateway.store.queue import STREAM_MAXLEN, JobNotice
-from gateway.store.server import ServerStore
-from gateway.store.sessions import Loaded, SessionStore, TailMoved
-from gateway.store.users import IDLE_BATCH, Joining
+from gateway.store.gateway_keys import GatewayKeys
+from gateway.store.inspector_logins import InspectorLogins
+from gateway.store.limits import LimitCounters
+from gateway.store.link import RedisLink
+from gateway.store.queue import STREAM_MAXLEN, JobNotice, JobQueue
+from gateway.store.redis_server import RedisServer
+from gateway.store.sessions import Loaded, Sessions, TailMoved
+from gateway.store.tiers_cache import TiersCache
+from gateway.store.users import IDLE_BATCH, Joining, Users
 
 __all__ = [
     "IDLE_BATCH",
@@ -38,5 +50,56 @@ __all__ = [
 ]
 
 
-class RedisStore(SessionStore, ServerStore):
-    """Session memory in Redis, every call bounded by a deadline."""
+class RedisStore:
+    """Session memory in Redis: its parts over one client and one link, every call
+    bounded by a deadline (``timeout_s``; ``with_deadline``: another)."""
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        *,
+        timeout_s: float,
+        retention_s: int,
+        job_shards: int = 1,
+        link: RedisLink | None = None,
+    ) -> None:
+        """``link``: the link to send on (a test's counting one); by default, one made
+        as ``client`` makes its connections."""
+        calls = StoreCalls(
+            client, timeout_s=timeout_s, retention_s=retention_s, job_shards=job_shards, link=link
+        )
+        self._compose(calls, TiersCache())
+
+    def _compose(self, calls: StoreCalls, tiers: TiersCache) -> None:
+        self._calls = calls
+        self._tiers = tiers
+        self.users = Users(calls)
+        self.sessions = Sessions(calls, self.users, tiers)
+        self.queue = JobQueue(calls)
+        self.server = RedisServer(calls)
+        self.limits = LimitCounters(calls)
+        self.ui = InspectorLogins(calls)
+        self.gateway_keys = GatewayKeys(calls)
+        self.catalog = Catalog(calls)
+
+    def with_deadline(self, timeout_s: float) -> RedisStore:
+        """This store (its client, link and parsed tiers) with ``timeout_s`` as its calls'
+        deadline: the worker's and the memory API's, seconds where a turn's is 100 ms."""
+        other = RedisStore.__new__(RedisStore)
+        other._compose(self._calls.with_deadline(timeout_s), self._tiers)
+        return other
+
+    @property
+    def client(self) -> Redis | RedisCluster:
+        """redis-py's client (the CLI's ``--connect`` checks, tests' direct reads)."""
+        client: Redis | RedisCluster = self._calls.client
+        return client
+
+    async def warm(self, timeout_s: float | None = None) -> None:
+        """Start-up: the scripts loaded and the link's connections open, so that a burst
+        of first requests pays for neither inside its deadline."""
+        await self._calls.warm(timeout_s)
+
+    async def close(self) -> None:
+        """The client and the link closed (for every deadline: they are shared)."""
+        await self._calls.close()

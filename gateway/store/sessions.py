@@ -21,7 +21,7 @@ from gateway.memory.images import Blob
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.store import catalog
-from gateway.store.base import StoreUnavailable, pairs
+from gateway.store.calls import StoreCalls, StoreUnavailable, pairs
 from gateway.store.codecs import (
     ArchivePage,
     Known,
@@ -34,8 +34,9 @@ from gateway.store.codecs import (
 )
 from gateway.store.keys import SessionKeys, UserKeys, usage_key
 from gateway.store.link import Command
-from gateway.store.queue import JobQueue, announce
-from gateway.store.users import Joining, UserStore, add_user_session, ask_idle, idle_of
+from gateway.store.queue import announce
+from gateway.store.tiers_cache import TiersCache
+from gateway.store.users import Joining, Users, add_user_session, ask_idle, idle_of
 
 
 class TailMoved(StoreUnavailable):
@@ -57,9 +58,15 @@ class Loaded:
     usage: int | None = None  # when asked for: the tenant's stored bytes
 
 
-class SessionStore(UserStore, JobQueue):
+class Sessions:
     """Sessions: the request path's load and record, and what the worker and the memory
-    API read and write of a session."""
+    API read and write of a session. A session's erasure and a record's index write
+    reach into its user's keys (``users``)."""
+
+    def __init__(self, calls: StoreCalls, users: Users, tiers: TiersCache) -> None:
+        self._calls = calls
+        self._users = users
+        self._tiers = tiers
 
     # --- the request path ---
 
@@ -100,7 +107,7 @@ class SessionStore(UserStore, JobQueue):
         if usage:
             commands.append(("GET", usage_key(keys.tenant)))
 
-        replies = await self.execute(commands, op="load_turn")
+        replies = await self._calls.execute(commands, op="load_turn")
         own = LoadReply.decode(replies[0])
         used = int(replies[at["usage"]] or 0) if usage else None
         profile, history = replies[at["user"] : at["peers"]] if user is not None else (None, [])
@@ -128,7 +135,7 @@ class SessionStore(UserStore, JobQueue):
 
     def _load_call(self, args: LoadArgs) -> Command:
         names, argv = args.encode()
-        return self.script("load", names, argv)
+        return self._calls.script("load", names, argv)
 
     async def archive_page(
         self, keys: SessionKeys, start: int, stop: int, *, vectors: bool
@@ -137,29 +144,31 @@ class SessionStore(UserStore, JobQueue):
         vectors; and the log's generation and length as they were read with them."""
         page = ArchivePage(keys, start, stop, vectors)
         names, argv = page.encode()
-        (reply,) = await self.execute([self.script("archive_page", names, argv)], op="archive_page")
+        (reply,) = await self._calls.execute(
+            [self._calls.script("archive_page", names, argv)], op="archive_page"
+        )
         return page.decode(reply)
 
     async def messages_at(self, keys: SessionKeys, indexes: Sequence[int]) -> list[Message]:
         """Messages by index (recall hits), in the order asked; one round trip."""
 
         commands = [("LINDEX", keys.log, index - 1) for index in indexes]
-        raw = await self.execute(commands, op="messages_at") if indexes else []
+        raw = await self._calls.execute(commands, op="messages_at") if indexes else []
         return [Message.from_json(r, i) for i, r in zip(indexes, raw, strict=True) if r]
 
     async def save_vectors(self, keys: SessionKeys, vectors: dict[int, bytes]) -> bool:
         """Store message vectors; False (nothing written) if the session no longer exists."""
-        args: list[Any] = [self.retention_s]
+        args: list[Any] = [self._calls.retention_s]
         for index, vector in vectors.items():
             args += [str(index), vector]
-        call = self.script("save_vectors", [keys.meta, keys.vectors], args)
-        (written,) = await self.execute([call], op="save_vectors")
+        call = self._calls.script("save_vectors", [keys.meta, keys.vectors], args)
+        (written,) = await self._calls.execute([call], op="save_vectors")
         return bool(written)
 
     async def vectors(self, keys: SessionKeys, indexes: Sequence[int]) -> dict[int, bytes]:
         if not indexes:
             return {}
-        (raw,) = await self.execute(
+        (raw,) = await self._calls.execute(
             [("HMGET", keys.vectors, *(str(i) for i in indexes))], op="vectors"
         )
         return {i: v for i, v in zip(indexes, raw, strict=True) if v}
@@ -169,12 +178,12 @@ class SessionStore(UserStore, JobQueue):
         expired) are left out. One round trip."""
         if not hashes:
             return {}
-        (raw,) = await self.execute([("HMGET", keys.media, *hashes)], op="media")
+        (raw,) = await self._calls.execute([("HMGET", keys.media, *hashes)], op="media")
         return {sha: bytes(data) for sha, data in zip(hashes, raw, strict=True) if data}
 
     async def usage(self, tenant: str) -> int:
         """The bytes of messages a tenant has stored (what its quota counts)."""
-        (raw,) = await self.execute([("GET", usage_key(tenant))], op="usage")
+        (raw,) = await self._calls.execute([("GET", usage_key(tenant))], op="usage")
         return int(raw or 0)
 
     async def record(
@@ -217,7 +226,7 @@ class SessionStore(UserStore, JobQueue):
             stored_json,
             user_messages=sum(1 for m in messages if m.role == "user"),
             now=now,
-            ttl_s=self.retention_s,
+            ttl_s=self._calls.retention_s,
             generation=secrets.token_hex(8),
             appended=appended,
             user_id=user_id,
@@ -229,46 +238,46 @@ class SessionStore(UserStore, JobQueue):
         )
         names, argv = call.encode()
         at: dict[str, int] = {}
-        commands: list[Command] = [self.script("record", names, argv)]
-        commands += announce(keys, predicted.jobs if predicted else (), self.job_shards)
+        commands: list[Command] = [self._calls.script("record", names, argv)]
+        commands += announce(keys, predicted.jobs if predicted else (), self._calls.job_shards)
         at["indexed"] = len(commands)
         if joining is not None:
-            commands += add_user_session(joining.user, keys.session_id, self.retention_s)
+            commands += add_user_session(joining.user, keys.session_id, self._calls.retention_s)
         at["active"] = len(commands)
         if active is not None:  # this session's activity, for its user's idle check
             commands.append(("ZADD", active.active, repr(now), keys.session_id))
-            commands.append(("EXPIRE", active.active, self.retention_s))
+            commands.append(("EXPIRE", active.active, self._calls.retention_s))
         at["idle"] = len(commands)
         if joining is not None and joining.idle_before is not None:
             commands.append(ask_idle(joining.user, joining.idle_before))
         commands += catalog.write_turn(
-            keys, now=now, retention_s=self.retention_s, receipt=receipt, listed=listed
+            keys, now=now, retention_s=self._calls.retention_s, receipt=receipt, listed=listed
         )
         # Last, so that no reply above moves: the tenant's stored bytes (its quota).
         usage = usage_key(keys.tenant)
-        commands += [("INCRBY", usage, appended), ("EXPIRE", usage, self.retention_s)]
+        commands += [("INCRBY", usage, appended), ("EXPIRE", usage, self._calls.retention_s)]
         # After it, too: their replies are not read. Safe to repeat (HSETNX).
         commands += [("HSETNX", keys.media, blob.sha256, blob.data) for blob in media]
         if media:
-            commands.append(("EXPIRE", keys.media, self.retention_s))
+            commands.append(("EXPIRE", keys.media, self._calls.retention_s))
 
         # Only the script must succeed: the turn is recorded when it did. The rest may
         # have gone to other masters (a cluster): a notice lost with its master leaves
         # its job pending in the session, run with the session's next notice or flush;
         # a failed user index write is made again (or the turn reported degraded).
-        replies = await self.execute(commands, op="record", needed=1)
+        replies = await self._calls.execute(commands, op="record", needed=1)
         recorded = Recorded.decode(replies[0])
         if recorded.first < 0:
             # Nothing was appended: the bytes counted beside the script are taken back.
-            await self.execute([("DECRBY", usage, appended)], op="record")
+            await self._calls.execute([("DECRBY", usage, appended)], op="record")
             raise TailMoved(f"expected {expected_count} messages, found {recorded.count}")
         if recorded.repeated:  # done before, and its bytes counted then
-            await self.execute([("DECRBY", usage, appended)], op="record")
+            await self._calls.execute([("DECRBY", usage, appended)], op="record")
         if joining is None:
             return recorded
         indexed = replies[at["indexed"] : at["active"]]
         if any(isinstance(reply, Exception) for reply in indexed):
-            await self.index_user_session(joining.user, keys.session_id)
+            await self._users.index_user_session(joining.user, keys.session_id)
         if joining.idle_before is None:
             return recorded
         found = replies[at["idle"]]
@@ -281,7 +290,7 @@ class SessionStore(UserStore, JobQueue):
     async def tail(self, keys: SessionKeys, n: int) -> tuple[int, list[Message]]:
         """The session's message count and its newest ``n`` messages."""
 
-        count, raw = await self.execute(
+        count, raw = await self._calls.execute(
             [("LLEN", keys.log), ("LRANGE", keys.log, -n, -1)], op="tail"
         )
         first = count - len(raw) + 1
@@ -290,18 +299,18 @@ class SessionStore(UserStore, JobQueue):
     async def messages(self, keys: SessionKeys, start: int, end: int) -> list[Message]:
         """Messages ``start``..``end`` (1-based, inclusive); ``end`` -1 means the last."""
         stop = end - 1 if end > 0 else -1
-        (raw,) = await self.execute([("LRANGE", keys.log, start - 1, stop)], op="messages")
+        (raw,) = await self._calls.execute([("LRANGE", keys.log, start - 1, stop)], op="messages")
         return [Message.from_json(item, start + i) for i, item in enumerate(raw)]
 
     async def branches(self, keys: SessionKeys) -> list[Branch]:
         """The session's abandoned branches, oldest first (see ``memory.branches``)."""
-        (raw,) = await self.execute([("LRANGE", keys.branches, 0, -1)], op="branches")
+        (raw,) = await self._calls.execute([("LRANGE", keys.branches, 0, -1)], op="branches")
         return [Branch.from_json(item) for item in raw]
 
     async def job_state(self, keys: SessionKeys) -> tuple[bool, Tiers, list[Job]]:
         """Whether the session exists, its tiers, and its pending jobs (oldest first)."""
 
-        exists, tiers, raw_jobs = await self.execute(
+        exists, tiers, raw_jobs = await self._calls.execute(
             [("EXISTS", keys.meta), ("GET", keys.tiers), ("HVALS", keys.jobs)], op="job_state"
         )
         jobs = sorted(
@@ -313,48 +322,54 @@ class SessionStore(UserStore, JobQueue):
         self, keys: SessionKeys, expected_version: int, tiers: Tiers, job: Job
     ) -> int:
         """Compare-and-set: 1 written, 0 someone wrote first, -1 the session is gone."""
-        args: list[Any] = [expected_version, tiers.to_json(), job.id, self.retention_s]
-        call = self.script("write_tiers", [keys.meta, keys.tiers, keys.jobs], args)
-        (written,) = await self.execute([call], op="write_tiers")
+        args: list[Any] = [expected_version, tiers.to_json(), job.id, self._calls.retention_s]
+        call = self._calls.script("write_tiers", [keys.meta, keys.tiers, keys.jobs], args)
+        (written,) = await self._calls.execute([call], op="write_tiers")
         return int(written)
 
     async def add_pin(self, keys: SessionKeys, pin: Pin) -> None:
         commands = [
             ("HSET", keys.pins, pin.id, json.dumps(pin.to_data())),
-            ("EXPIRE", keys.pins, self.retention_s),
+            ("EXPIRE", keys.pins, self._calls.retention_s),
         ]
-        await self.execute(commands, op="add_pin")
+        await self._calls.execute(commands, op="add_pin")
 
     async def delete_pin(self, keys: SessionKeys, pin_id: str) -> bool:
-        (deleted,) = await self.execute([("HDEL", keys.pins, pin_id)], op="delete_pin")
+        (deleted,) = await self._calls.execute([("HDEL", keys.pins, pin_id)], op="delete_pin")
         return bool(deleted)
 
     async def meta(self, keys: SessionKeys) -> dict[str, str]:
-        (raw,) = await self.execute([("HGETALL", keys.meta)], op="meta")
+        (raw,) = await self._calls.execute([("HGETALL", keys.meta)], op="meta")
         return {k.decode(): v.decode() for k, v in pairs(raw).items()}
 
     async def end_session(self, keys: SessionKeys, now: float) -> bool:
         """Mark the session ended; False when it no longer exists (erased meanwhile)."""
-        (ended,) = await self.execute([self.script("end", [keys.meta], [repr(now)])], op="end")
+        (ended,) = await self._calls.execute(
+            [self._calls.script("end", [keys.meta], [repr(now)])], op="end"
+        )
         return bool(ended)
 
     async def erase_session(self, keys: SessionKeys) -> bool:
         """Delete every key of the session, and what its user's memory holds of it (and
         its bytes from its tenant's count)."""
         meta = await self.meta(keys)
-        (deleted,) = await self.execute([("DEL", *keys.all())], op="erase_session")
+        (deleted,) = await self._calls.execute([("DEL", *keys.all())], op="erase_session")
         if deleted and meta.get("bytes"):
-            release = self.script("release_usage", [usage_key(keys.tenant)], [int(meta["bytes"])])
-            await self.execute([release], op="erase_session")
-        await self.execute([catalog.forget_session(keys)], op="erase_session")
+            release = self._calls.script(
+                "release_usage", [usage_key(keys.tenant)], [int(meta["bytes"])]
+            )
+            await self._calls.execute([release], op="erase_session")
+        await self._calls.execute([catalog.forget_session(keys)], op="erase_session")
         if meta.get("user_id"):
-            await self.forget_user_session(UserKeys(keys.tenant, meta["user_id"]), keys.session_id)
+            await self._users.forget_user_session(
+                UserKeys(keys.tenant, meta["user_id"]), keys.session_id
+            )
         return bool(deleted)
 
     async def erase_user(self, user: UserKeys) -> int:
         """Erase each of the user's sessions, then the user's own keys."""
-        sessions = await self.user_sessions(user)
+        sessions = await self._users.user_sessions(user)
         for session_id in sessions:
             await self.erase_session(SessionKeys(user.tenant, session_id))
-        await self.execute([("DEL", *user.all())], op="erase_user")
+        await self._calls.execute([("DEL", *user.all())], op="erase_user")
         return len(sessions)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.store.base import StoreBase
+from gateway.store.calls import StoreCalls
 from gateway.store.keys import UserKeys
 from gateway.store.link import Command
 
@@ -43,21 +43,24 @@ def idle_of(reply: Any) -> tuple[str, ...]:
     return tuple(sorted(item.decode() for item in reply))
 
 
-class UserStore(StoreBase):
+class Users:
     """The user index, history and profile."""
 
+    def __init__(self, calls: StoreCalls) -> None:
+        self._calls = calls
+
     async def index_user_session(self, user: UserKeys, session_id: str) -> None:
-        commands = add_user_session(user, session_id, self.retention_s)
-        await self.execute(commands, op="index_user_session")
+        commands = add_user_session(user, session_id, self._calls.retention_s)
+        await self._calls.execute(commands, op="index_user_session")
 
     async def user_history(self, user: UserKeys) -> list[dict[str, Any]]:
-        (raw,) = await self.execute([("LRANGE", user.history, 0, -1)], op="user_history")
+        (raw,) = await self._calls.execute([("LRANGE", user.history, 0, -1)], op="user_history")
         return [json.loads(item) for item in raw]
 
     async def idle_sessions(self, user: UserKeys, *, idle_before: float, exclude: str) -> list[str]:
         """The user's sessions, still open, with no activity since ``idle_before`` (up to
         ``IDLE_BATCH`` of them)."""
-        (found,) = await self.execute([ask_idle(user, idle_before)], op="idle_sessions")
+        (found,) = await self._calls.execute([ask_idle(user, idle_before)], op="idle_sessions")
         return [s for s in idle_of(found) if s != exclude]
 
     async def save_user_history(
@@ -70,21 +73,21 @@ class UserStore(StoreBase):
             ("LPUSH", user.history, json.dumps(entry)),
             ("LTRIM", user.history, 0, keep - 1),
             ("SET", user.profile, json.dumps(profile)),
-            ("EXPIRE", user.history, self.retention_s),
-            ("EXPIRE", user.profile, self.retention_s),
+            ("EXPIRE", user.history, self._calls.retention_s),
+            ("EXPIRE", user.profile, self._calls.retention_s),
         ]
-        await self.execute(commands, op="save_user_history")
+        await self._calls.execute(commands, op="save_user_history")
 
     async def leave_active(self, user: UserKeys, session_id: str) -> None:
         """An ended session leaves its user's active index (a new turn brings it back)."""
-        await self.execute([("ZREM", user.active, session_id)], op="leave_active")
+        await self._calls.execute([("ZREM", user.active, session_id)], op="leave_active")
 
     async def forget_user_session(self, user: UserKeys, session_id: str) -> None:
         """Drop a session from its user's index and history. The profile was merged from
         it and cannot be un-merged: it goes too, and the user's next ended session
         rebuilds it from the history that is left."""
         op = "forget_user_session"
-        (raw,) = await self.execute([("LRANGE", user.history, 0, -1)], op=op)
+        (raw,) = await self._calls.execute([("LRANGE", user.history, 0, -1)], op=op)
         entries = [e for e in raw if json.loads(e).get("session_id") == session_id]
         commands: list[Command] = [
             ("SREM", user.sessions, session_id),
@@ -93,8 +96,8 @@ class UserStore(StoreBase):
         commands += [("LREM", user.history, 0, entry) for entry in entries]
         if entries:
             commands.append(("DEL", user.profile))
-        await self.execute(commands, op=op)
+        await self._calls.execute(commands, op=op)
 
     async def user_sessions(self, user: UserKeys) -> list[str]:
-        (raw,) = await self.execute([("SMEMBERS", user.sessions)], op="user_sessions")
+        (raw,) = await self._calls.execute([("SMEMBERS", user.sessions)], op="user_sessions")
         return sorted(item.decode() for item in raw)

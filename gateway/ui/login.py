@@ -1,16 +1,16 @@
 """Who may use the inspector: the holder of ``ui.admin_key``, and how a browser stays in.
 
 A browser logs in with the key and gets a cookie holding a random token; the server keeps
-only its hash, in Redis (so every replica knows it), until it expires (``ui.session_s``)
-or the browser logs out (the server forgets it: the cookie is worth nothing after). The
-cookie is HttpOnly, SameSite=Strict, limited to /ui, and Secure behind TLS
-(``ui.secure_cookies``). A script may send the key as ``Authorization: Bearer <key>``
-instead. Failed logins are limited per client address (``ui.login_attempts`` a window).
+only its hash, in Redis (``store.ui``: every replica knows it), until it expires
+(``ui.session_s``) or the browser logs out (the server forgets it: the cookie is worth
+nothing after). The cookie is HttpOnly, SameSite=Strict, limited to /ui, and Secure
+behind TLS (``ui.secure_cookies``). A script may send the key as ``Authorization: Bearer
+<key>`` instead. Failed logins are limited per client address (``ui.login_attempts`` a
+window).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 
@@ -18,23 +18,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.auth.identity import bearer_key
-from gateway.store.redis_store import RedisStore
+from gateway.service.ports import LoginStore
 
 COOKIE = "mg_inspector"
 PATH = "/ui"
-_SESSION = "mg:{ui}:session:"
-_ATTEMPTS = "mg:{ui}:login:"
-
-
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
 
 
 class AdminAuth:
+    """The inspector's gate: the admin key, or a browser's login cookie."""
+
     def __init__(
         self,
         admin_key: str,
-        store: RedisStore,
+        store: LoginStore,
         *,
         session_s: float,
         secure_cookies: bool | None,
@@ -67,28 +63,19 @@ class AdminAuth:
         token = request.cookies.get(COOKIE, "")
         if not token:
             return False
-        (found,) = await self.store.execute(
-            [("EXISTS", _SESSION + _digest(token))], op="ui_session"
-        )
-        return bool(found)
+        return await self.store.is_open(token)
 
     async def too_many_attempts(self, request: Request) -> bool:
-        (raw,) = await self.store.execute([("GET", self._attempts_key(request))], op="ui_attempts")
-        return int(raw or 0) >= self.attempts
+        return await self.store.failures(self._address(request)) >= self.attempts
 
     async def failed(self, request: Request) -> None:
         """Count a failed login of this client address (for ``window_s``)."""
-        key = self._attempts_key(request)
-        # The window starts at the first failure (INCR keeps the key's expiry). Not
-        # EXPIRE ... NX: Redis 6.2, the embedded server's, refuses the NX.
-        window_ms = max(1, int(self.window_s * 1000))
-        commands = [("SET", key, 0, "PX", window_ms, "NX"), ("INCR", key)]
-        await self.store.execute(commands, op="ui_attempts")
+        await self.store.failed(self._address(request), self.window_s)
 
     async def log_in(self, response: Response, request: Request) -> None:
         token = secrets.token_urlsafe(32)
         ttl = int(self.session_s)
-        await self.store.execute([("SET", _SESSION + _digest(token), 1, "EX", ttl)], op="ui_login")
+        await self.store.open(token, ttl)
         response.set_cookie(
             COOKIE,
             token,
@@ -102,7 +89,7 @@ class AdminAuth:
     async def log_out(self, response: Response, request: Request) -> None:
         token = request.cookies.get(COOKIE, "")
         if token:
-            await self.store.execute([("DEL", _SESSION + _digest(token))], op="ui_logout")
+            await self.store.close(token)
         response.delete_cookie(
             COOKIE, path=PATH, httponly=True, samesite="strict", secure=self._secure(request)
         )
@@ -113,6 +100,5 @@ class AdminAuth:
         return request.url.scheme == "https"
 
     @staticmethod
-    def _attempts_key(request: Request) -> str:
-        address = request.client.host if request.client else "unknown"
-        return _ATTEMPTS + _digest(address)[:32]
+    def _address(request: Request) -> str:
+        return request.client.host if request.client else "unknown"

@@ -65,11 +65,6 @@ _QUERY_SAFE = bytes(range(0x21, 0x7F))
 _UNBROKEN_BYTES = 1 << 16
 
 
-# Parsed once per URL: the chat path is every request's (yarl's parse is ~1% of a
-# request); other paths are passthroughs', the most recent kept.
-_parsed_url = memo(maxsize=64)(URL)
-
-
 class _WriteStalled(Exception):
     """One write of the request body took longer than ``write_s`` (the upstream stopped reading)."""
 
@@ -156,7 +151,7 @@ class UpstreamResponse:
             for name, value in response.raw_headers
         ]
 
-    async def iter_body(self, *, decoded: bool) -> AsyncIterator[bytes]:
+    async def iter_body(self, *, decoded: bool) -> AsyncIterator[bytes]:  # noqa: C901 (17)
         """The body as it arrives; ``decoded`` undoes content-encoding (to read it).
 
         At most ``max_bytes`` of it (decoded, when decoded): then ``UpstreamResponseTooLarge``.
@@ -274,6 +269,9 @@ class Upstream:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
         self._client: aiohttp.ClientSession | None = None
+        # Parsed once per URL: the chat path is every request's (yarl's parse is ~1% of a
+        # request); other paths are passthroughs', the most recent kept.
+        self._parsed_url = memo(maxsize=64)(URL)
         # aiohttp's connect covers the wait for a pooled connection (bounded on its own
         # by pool_s, see compat.aiohttp.BoundedWaitConnector), DNS and the TCP connect; connect_s is
         # the part after the wait, and sock_connect the TCP connect itself.
@@ -303,7 +301,7 @@ class Upstream:
     def _target(self, path: str, query: bytes) -> URL:
         # The path quoted as needed (it arrives decoded); the query raw, not re-encoded,
         # and none at all (not a bare "?") when it is empty.
-        url = _parsed_url(self.url(path))
+        url = self._parsed_url(self.url(path))
         if not query:
             return url
         raw_query = quote_from_bytes(query, safe=_QUERY_SAFE)

@@ -76,7 +76,7 @@ async def test_a_warm_load_reads_only_what_was_appended_since(store: RedisStore)
     who = identity()
     keys = session_keys(who)
     api = service(store)
-    await api.import_messages(
+    await api.recorder.import_messages(
         keys, None, conversation(300, {5: "My locker code is 8841."}), now=1.0
     )
     replica = service(store)
@@ -85,12 +85,12 @@ async def test_a_warm_load_reads_only_what_was_appended_since(store: RedisStore)
     assert held is not None and held.count == 300 and held.first == 1
 
     known = Known(held.generation, held.count)
-    loaded = await store.load_turn(keys, 64, known=known, vectors=True, most=512)
+    loaded = await store.sessions.load_turn(keys, 64, known=known, vectors=True, most=512)
     assert loaded.log.warm and loaded.log.messages == ()  # nothing new: nothing read
     other = service(store)  # another replica records a turn
     turn = await other.prepare(who, (Message("user", "A new turn about my bike."),), "m")
-    await other.record(turn, Message("assistant", "Noted, the bike."), now=2.0)
-    loaded = await store.load_turn(keys, 64, known=known, vectors=True, most=512)
+    await other.recorder.record(turn, Message("assistant", "Noted, the bike."), now=2.0)
+    loaded = await store.sessions.load_turn(keys, 64, known=known, vectors=True, most=512)
     assert loaded.log.warm
     assert [m.text for m in loaded.log.messages] == [
         "A new turn about my bike.",
@@ -106,7 +106,7 @@ async def test_vectors_are_stored_aligned_with_the_log(
 ) -> None:
     who = identity()
     keys = session_keys(who)
-    await service(store).import_messages(keys, None, conversation(7), now=1.0)
+    await service(store).recorder.import_messages(keys, None, conversation(7), now=1.0)
     client = redis_server.client()
     try:
         log, stored = client.lrange(keys.log, 0, -1), client.lrange(keys.vec, 0, -1)
@@ -122,10 +122,10 @@ async def test_imported_messages_keep_their_times_and_turns_get_the_time_they_la
     who = identity()
     keys = session_keys(who)
     memory = service(store)
-    await memory.import_messages(keys, None, conversation(4), now=5.0)
+    await memory.recorder.import_messages(keys, None, conversation(4), now=5.0)
     turn = await memory.prepare(who, (Message("user", "now"),), "m")
-    await memory.record(turn, Message("assistant", "then"), now=1_800_000_000.0)
-    _, messages = await store.tail(keys, 10)
+    await memory.recorder.record(turn, Message("assistant", "then"), now=1_800_000_000.0)
+    _, messages = await store.sessions.tail(keys, 10)
     assert [m.ts for m in messages] == [1_700_000_060.0 + 60 * i for i in range(4)] + [
         1_800_000_000.0
     ] * 2
@@ -138,10 +138,12 @@ async def test_a_regenerated_answer_is_forgotten_where_it_was_held(store: RedisS
     keys = session_keys(who)
     memory, replica = service(store), service(store)
     history = conversation(40)
-    await memory.import_messages(keys, None, history, now=1.0)
+    await memory.recorder.import_messages(keys, None, history, now=1.0)
     question = Message("user", "Which flight did you book for me?")
     turn = await memory.prepare(who, (question,), "m")
-    await memory.record(turn, Message("assistant", "I booked the aurora flight AF-1."), now=2.0)
+    await memory.recorder.record(
+        turn, Message("assistant", "I booked the aurora flight AF-1."), now=2.0
+    )
     await ask(replica, who, "Anything new?")
     held = replica.archives.get(keys)
     assert held is not None and held.message(42) is not None
@@ -151,10 +153,14 @@ async def test_a_regenerated_answer_is_forgotten_where_it_was_held(store: RedisS
     regenerate = (*stored, question)  # the same history, without the stored answer
     turn = await memory.prepare(who, regenerate, "m")
     assert turn.plan.truncate_to == 41
-    await memory.record(turn, Message("assistant", "I booked the nimbus flight NB-2."), now=3.0)
+    await memory.recorder.record(
+        turn, Message("assistant", "I booked the nimbus flight NB-2."), now=3.0
+    )
     for n in range(5):  # the answer leaves the window
         turn = await memory.prepare(who, (Message("user", f"and the hotel {n}?"),), "m")
-        await memory.record(turn, Message("assistant", f"Hotel {n} is booked."), now=4.0 + n)
+        await memory.recorder.record(
+            turn, Message("assistant", f"Hotel {n} is booked."), now=4.0 + n
+        )
 
     context = await ask(replica, who, "Which flight: aurora AF-1 or nimbus NB-2?")
     assert "nimbus flight NB-2" in context and "AF-1" not in context
@@ -166,12 +172,12 @@ async def test_an_erased_session_started_again_is_read_again(store: RedisStore) 
     who = identity()
     keys = session_keys(who)
     memory, replica = service(store), service(store)
-    await memory.import_messages(
+    await memory.recorder.import_messages(
         keys, None, conversation(100, {3: "The vault code is 1234."}), now=1
     )
     assert "vault code is 1234" in await ask(replica, who, "What is the vault code?")
-    assert await store.erase_session(keys)
-    await memory.import_messages(
+    assert await store.sessions.erase_session(keys)
+    await memory.recorder.import_messages(
         keys, None, conversation(100, {3: "The gate code is 9876."}), now=2
     )
     context = await ask(replica, who, "What is the vault code? Or the gate code?")
@@ -186,7 +192,9 @@ async def test_a_long_session_is_read_by_pages_up_to_the_archive_limit(store: Re
     tier = composition.recall.model_copy(update={"archive_messages": 3_000})
     config = MemoryConfig(tiers=composition.model_copy(update={"recall": tier}))
     planted = {2: "The oldest secret is teal.", 2_500: "The middle secret is amber."}
-    await service(store, config).import_messages(keys, None, conversation(5_000, planted), now=1)
+    await service(store, config).recorder.import_messages(
+        keys, None, conversation(5_000, planted), now=1
+    )
     reader = service(store, config)
     context = await ask(reader, who, "Which secret: teal or amber?")
     assert "middle secret is amber" in context and "oldest secret is teal" not in context
@@ -200,8 +208,8 @@ async def test_a_session_recorded_without_vectors_gets_them_where_it_is_read(
     who = identity()
     keys = session_keys(who)
     words_only = MemoryService(store, TokenCounter(), MemoryConfig())  # no vectors
-    await words_only.import_messages(keys, None, conversation(120), now=1.0)
-    _, _, _, raw = await store.archive_page(keys, 0, 119, vectors=True)
+    await words_only.recorder.import_messages(keys, None, conversation(120), now=1.0)
+    _, _, _, raw = await store.sessions.archive_page(keys, 0, 119, vectors=True)
     assert raw == (None,) * 120
     reader = service(store)
     await ask(reader, who, "What was the planning about?")

@@ -186,35 +186,35 @@ async def test_a_late_duplicate_job_never_overwrites_a_newer_summary(
 ) -> None:
     keys = SessionKeys("tenant-late-job", uuid.uuid4().hex)
     messages = [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(30)]
-    await store.record(keys, messages, now=1.0, user_id=None)
+    await store.sessions.record(keys, messages, now=1.0, user_id=None)
     early, late = Job("chunk", 1, 15, 15), Job("chunk", 16, 30, 30)
-    await store.enqueue(keys, [early, late])
+    await store.queue.enqueue(keys, [early, late])
     runner = JobRunner(store, Summarizer(None, TokenCounter()), PRESETS["hybrid"])
     assert await runner.run(keys, early) == "written"
     assert await runner.run(keys, late) == "written"
-    _, newest, _ = await store.job_state(keys)
+    _, newest, _ = await store.sessions.job_state(keys)
 
     # The early job delivered again (at-least-once) and a write made against the version
     # it read back then: neither may replace what the newer job wrote.
-    await store.enqueue(keys, [early])
+    await store.queue.enqueue(keys, [early])
     assert await runner.run(keys, early) in ("noop", "done")
     stale = Tiers(version=1, summaries=newest.summaries[:1])
-    assert await store.write_tiers(keys, 1, stale, early) == 0
-    _, after, _ = await store.job_state(keys)
+    assert await store.sessions.write_tiers(keys, 1, stale, early) == 0
+    _, after, _ = await store.sessions.job_state(keys)
     assert after == newest
     assert after.version == newest.version >= 2
-    await store.erase_session(keys)
+    await store.sessions.erase_session(keys)
 
 
 async def test_record_refuses_a_plan_made_against_a_log_that_moved(
     store: RedisStore,
 ) -> None:
     keys = SessionKeys("tenant-tail", uuid.uuid4().hex)
-    await store.record(keys, [Message("user", "a"), Message("assistant", "b")],
+    await store.sessions.record(keys, [Message("user", "a"), Message("assistant", "b")],
                        now=1.0, user_id=None)  # fmt: skip
     with pytest.raises(TailMoved):
-        await store.record(keys, [Message("assistant", "c")], now=2.0, user_id=None,
+        await store.sessions.record(keys, [Message("assistant", "c")], now=2.0, user_id=None,
                            expected_count=1)  # fmt: skip
     raw = await store.client.lrange(keys.log, 0, -1)
     assert [json.loads(r)["content"] for r in raw] == ["a", "b"]  # nothing written
-    await store.erase_session(keys)
+    await store.sessions.erase_session(keys)

@@ -8,11 +8,11 @@ kept aside, marked, never sent again.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
@@ -20,6 +20,7 @@ from gateway.auth.identity import tenant_id
 from gateway.service.planning import EDIT_AFTER_S
 from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
 from tests.support.clients import Memory, sdk
+from tests.support.clock import SteppedClock
 from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 
 redis_server = on_one_redis_and_a_cluster()
@@ -42,10 +43,20 @@ def chat(client: openai.OpenAI, messages: list[dict[str, Any]]) -> list[dict[str
     return [*messages, {"role": "assistant", "content": content}]
 
 
-def as_a_person_would() -> None:
+@pytest.fixture
+def clock() -> SteppedClock:
+    return SteppedClock()
+
+
+@pytest.fixture
+def gateway(make_gateway: GatewayFactory, clock: SteppedClock) -> ServerThread:
+    return make_gateway(clock=clock)
+
+
+def as_a_person_would(clock: SteppedClock) -> None:
     """A person reads the answer before editing what led to it (requests sent together are
     never edits of each other: ``EDIT_AFTER_S``)."""
-    time.sleep(EDIT_AFTER_S + 0.1)
+    clock.advance(EDIT_AFTER_S + 0.1)
 
 
 def upstream_text(fake_upstream: FakeUpstream) -> str:
@@ -53,14 +64,16 @@ def upstream_text(fake_upstream: FakeUpstream) -> str:
     return json.dumps(fake_upstream.last_messages())
 
 
-def run_edit_scenario(gateway: ServerThread, api_key: str, session_id: str) -> openai.OpenAI:
+def run_edit_scenario(
+    gateway: ServerThread, clock: SteppedClock, api_key: str, session_id: str
+) -> openai.OpenAI:
     client = sdk(gateway, api_key, session_id)
     conversation = chat(client, [{"role": "user", "content": "Hello, I am planning a trip."}])
     before_edit = list(conversation)
     conversation = chat(client, [*conversation, {"role": "user", "content": BUSINESS}])
     chat(client, [*conversation, {"role": "user", "content": "Also a hotel near the river."}])
     # The user edits their second message: the app resends the history up to it.
-    as_a_person_would()
+    as_a_person_would(clock)
     edited = chat(client, [*before_edit, {"role": "user", "content": ECONOMY}])
     chat(client, [*edited, {"role": "user", "content": "And a window seat, thanks."}])
     return client
@@ -68,6 +81,7 @@ def run_edit_scenario(gateway: ServerThread, api_key: str, session_id: str) -> o
 
 def test_an_edited_message_starts_a_new_branch(
     gateway: ServerThread,
+    clock: SteppedClock,
     fake_upstream: FakeUpstream,
     redis_server: RedisProcess,
     api_key: str,
@@ -80,7 +94,7 @@ def test_an_edited_message_starts_a_new_branch(
     chat(client, [*conversation, {"role": "user", "content": "Also a hotel near the river."}])
     assert "business class" in upstream_text(fake_upstream)
 
-    as_a_person_would()
+    as_a_person_would(clock)
     edited = chat(client, [*before_edit, {"role": "user", "content": ECONOMY}])
     forwarded = upstream_text(fake_upstream)
     assert "economy class" in forwarded
@@ -120,9 +134,13 @@ def test_an_edited_message_starts_a_new_branch(
 
 
 def test_export_shows_abandoned_branches_and_erasure_removes_them(
-    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+    gateway: ServerThread,
+    clock: SteppedClock,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
 ) -> None:
-    run_edit_scenario(gateway, api_key, session_id)
+    run_edit_scenario(gateway, clock, api_key, session_id)
     http = httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {api_key}"})
     base = f"/memory/sessions/{session_id}"
     exported = http.get(base + "/export", params={"format": "json"}).json()
@@ -154,11 +172,15 @@ def test_export_shows_abandoned_branches_and_erasure_removes_them(
 
 
 def test_facts_read_from_abandoned_messages_go_with_them(
-    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+    make_gateway: GatewayFactory,
+    clock: SteppedClock,
+    fake_upstream: FakeUpstream,
+    api_key: str,
+    session_id: str,
 ) -> None:
     # The default preset reads durable facts every 6 messages: by the time the user edits
     # message 3, a fact was read from it.
-    gateway = make_gateway(memory={"preset": "hybrid-recall"})
+    gateway = make_gateway(memory={"preset": "hybrid-recall"}, clock=clock)
     memory = Memory(gateway, api_key, session_id)
     client = sdk(gateway, api_key, session_id)
     conversation = chat(client, [{"role": "user", "content": "Hello, I am planning a trip."}])
@@ -168,7 +190,7 @@ def test_facts_read_from_abandoned_messages_go_with_them(
     state = memory.flush()
     assert state["facts"] and "business class" in json.dumps(state["facts"])
 
-    as_a_person_would()
+    as_a_person_would(clock)
     edited = chat(client, [*before_edit, {"role": "user", "content": ECONOMY}])
     forwarded = upstream_text(fake_upstream)
     assert "economy class" in forwarded and "business class" not in forwarded
@@ -203,11 +225,15 @@ def test_a_regenerated_answer_is_kept_as_a_branch_too(
 
 
 def test_questions_sent_together_on_one_history_are_not_edits(
-    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+    gateway: ServerThread,
+    clock: SteppedClock,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
 ) -> None:
     client = sdk(gateway, api_key, session_id)
     base = chat(client, [{"role": "user", "content": "Here is my itinerary: Lisbon, Porto."}])
-    as_a_person_would()
+    as_a_person_would(clock)
     for question in ("Which city is first?", "How many cities are there?"):
         chat(client, [*base, {"role": "user", "content": question}])  # one right after another
     redis = redis_server.client()

@@ -406,12 +406,13 @@ async def test_an_embeddings_job_finishing_after_erasure_writes_nothing_back(
     store: RedisStore,
 ) -> None:
     keys = SessionKeys("tenant-embed-erase", uuid.uuid4().hex)
-    await store.record(keys, [Message("user", "my locker code is 4471")], now=1.0, user_id=None)
-    assert await store.save_vectors(keys, {1: b"\x00\x01vector"}) is True
-    assert await store.vectors(keys, [1]) == {1: b"\x00\x01vector"}
+    told = [Message("user", "my locker code is 4471")]
+    await store.sessions.record(keys, told, now=1.0, user_id=None)
+    assert await store.sessions.save_vectors(keys, {1: b"\x00\x01vector"}) is True
+    assert await store.sessions.vectors(keys, [1]) == {1: b"\x00\x01vector"}
 
-    await store.erase_session(keys)
+    await store.sessions.erase_session(keys)
     # The job computed its vectors before the erasure and saves them after it.
-    assert await store.save_vectors(keys, {1: b"\x00\x01vector"}) is False
+    assert await store.sessions.save_vectors(keys, {1: b"\x00\x01vector"}) is False
     leftover = [k async for k in store.client.scan_iter(match=f"mg:{keys.tag}*")]
     assert leftover == []

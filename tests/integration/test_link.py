@@ -11,15 +11,18 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 
 from devsupport.servers import RedisProcess
-from gateway.store.base import StoreUnavailable
+from gateway.store.calls import StoreCalls, StoreUnavailable, create_client
 from gateway.store.keys import SessionKeys
 from gateway.store.link import RedisLink
-from gateway.store.redis_store import RedisStore, create_client
+from gateway.store.sessions import Sessions
+from gateway.store.tiers_cache import TiersCache
+from gateway.store.users import Users
 
 
 @pytest.fixture
-async def store(redis_server: RedisProcess) -> AsyncIterator[RedisStore]:
-    opened = RedisStore(
+async def calls(redis_server: RedisProcess) -> AsyncIterator[StoreCalls]:
+    """The store's calls (private to the store's parts), under a 50 ms deadline."""
+    opened = StoreCalls(
         create_client(redis_server.url, timeout_s=2, max_connections=2),
         timeout_s=0.05,
         retention_s=3600,
@@ -30,8 +33,13 @@ async def store(redis_server: RedisProcess) -> AsyncIterator[RedisStore]:
 
 
 @pytest.fixture
-def link(store: RedisStore) -> RedisLink:
-    return store.link
+def link(calls: StoreCalls) -> RedisLink:
+    return calls.link
+
+
+@pytest.fixture
+def sessions(calls: StoreCalls) -> Sessions:
+    return Sessions(calls, Users(calls), TiersCache())
 
 
 @pytest.fixture
@@ -54,24 +62,24 @@ async def test_a_call_on_a_silent_redis_times_out_at_its_deadline(
     loop = asyncio.get_running_loop()
     start = loop.time()
     with pytest.raises(TimeoutError):
-        await link.execute([("PING",)], deadline=0.05)
+        await link.execute([("PING",)], deadline=0.05, op="test")
     assert 0.05 <= loop.time() - start < 0.3  # an idle loop: exactly what it says
 
 
 async def test_the_store_reports_a_silent_redis_as_unavailable_in_its_deadline(
-    store: RedisStore, pause: Callable[[int], None]
+    sessions: Sessions, pause: Callable[[int], None]
 ) -> None:
     pause(1000)
     loop = asyncio.get_running_loop()
     start = loop.time()
     with pytest.raises(StoreUnavailable, match="TimeoutError"):
-        await store.messages_at(SessionKeys("t", "silent"), [1, 2])
+        await sessions.messages_at(SessionKeys("t", "silent"), [1, 2])
     assert loop.time() - start < 0.3
 
 
 async def test_a_reply_that_came_while_the_loop_was_busy_is_taken(link: RedisLink) -> None:
-    await link.execute([("PING",)], deadline=1)
-    call = asyncio.ensure_future(link.execute([("PING",)], deadline=0.05))
+    await link.execute([("PING",)], deadline=1, op="test")
+    call = asyncio.ensure_future(link.execute([("PING",)], deadline=0.05, op="test"))
     await asyncio.sleep(0)  # queued for this loop turn's write
     await asyncio.sleep(0)  # written, its deadline set
     time.sleep(0.2)  # noqa: ASYNC251 (on purpose: other requests' work holds the loop)
@@ -81,7 +89,7 @@ async def test_a_reply_that_came_while_the_loop_was_busy_is_taken(link: RedisLin
 async def test_a_loop_that_stays_behind_does_not_extend_a_silent_redis_for_long(
     link: RedisLink, pause: Callable[[int], None]
 ) -> None:
-    await link.execute([("PING",)], deadline=1)
+    await link.execute([("PING",)], deadline=1, op="test")
 
     async def hog() -> None:
         while True:
@@ -94,7 +102,7 @@ async def test_a_loop_that_stays_behind_does_not_extend_a_silent_redis_for_long(
     start = loop.time()
     try:
         with pytest.raises(TimeoutError):
-            await link.execute([("PING",)], deadline=0.05)
+            await link.execute([("PING",)], deadline=0.05, op="test")
     finally:
         hogging.cancel()
         await asyncio.gather(hogging, return_exceptions=True)
@@ -105,9 +113,9 @@ async def test_a_cancellation_from_elsewhere_is_not_turned_into_a_timeout(
     link: RedisLink, pause: Callable[[int], None]
 ) -> None:
     # A client that left cancels the request's task: that must stay a cancellation.
-    await link.execute([("PING",)], deadline=1)
+    await link.execute([("PING",)], deadline=1, op="test")
     pause(500)
-    task = asyncio.create_task(link.execute([("PING",)], deadline=5))
+    task = asyncio.create_task(link.execute([("PING",)], deadline=5, op="test"))
     await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -117,25 +125,25 @@ async def test_a_cancellation_from_elsewhere_is_not_turned_into_a_timeout(
 async def test_a_deadline_that_expired_leaves_no_cancellation_behind(
     link: RedisLink, pause: Callable[[int], None]
 ) -> None:
-    await link.execute([("PING",)], deadline=1)
+    await link.execute([("PING",)], deadline=1, op="test")
     pause(300)
     with pytest.raises(TimeoutError):
-        await link.execute([("PING",)], deadline=0.01)
+        await link.execute([("PING",)], deadline=0.01, op="test")
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0
     await asyncio.sleep(0)  # the task goes on normally
 
 
 async def test_a_call_that_answers_in_time_leaves_no_timer(link: RedisLink) -> None:
-    assert await link.execute([("PING",)], deadline=0.05) == [b"PONG"]
+    assert await link.execute([("PING",)], deadline=0.05, op="test") == [b"PONG"]
     await asyncio.sleep(0.1)  # past the deadline: nothing fires into this task
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0
-    assert await link.execute([("ECHO", "still")], deadline=0.05) == [b"still"]
+    assert await link.execute([("ECHO", "still")], deadline=0.05, op="test") == [b"still"]
 
 
 async def test_an_emptied_script_cache_is_loaded_again_and_the_call_sent_again(
-    store: RedisStore, redis_server: RedisProcess
+    sessions: Sessions, redis_server: RedisProcess
 ) -> None:
     keys = SessionKeys("t", f"flushed-{time.time_ns()}")
     admin = redis_server.client()
@@ -144,13 +152,13 @@ async def test_an_emptied_script_cache_is_loaded_again_and_the_call_sent_again(
         admin.script_flush()
     finally:
         admin.close()
-    assert await store.end_session(keys, now=2.0) is True  # NOSCRIPT, loaded, sent again
-    assert (await store.meta(keys))["ended"] == "2.0"
+    assert await sessions.end_session(keys, now=2.0) is True  # NOSCRIPT, loaded, sent again
+    assert (await sessions.meta(keys))["ended"] == "2.0"
 
 
-async def test_an_error_reply_raises_only_among_the_commands_needed(store: RedisStore) -> None:
+async def test_an_error_reply_raises_only_among_the_commands_needed(calls: StoreCalls) -> None:
     commands = [("PING",), ("NOSUCHCOMMAND",)]
-    replies = await store.execute(commands, op="test", needed=1)
+    replies = await calls.execute(commands, op="test", needed=1)
     assert replies[0] == b"PONG" and isinstance(replies[1], Exception)
     with pytest.raises(StoreUnavailable, match="unknown command"):
-        await store.execute(commands, op="test")
+        await calls.execute(commands, op="test")

@@ -180,7 +180,7 @@ def test_records_made_while_serving_carry_the_request_id(
             pass
         request_id = raw.headers[REQUEST_ID_HEADER]
     logs.access(request_id)
-    warnings = [line for line in logs.parsed() if line["logger"] == "gateway.routes.memory_proxy"]
+    warnings = [line for line in logs.parsed() if line["logger"] == "gateway.routes.relay"]
     assert [(w["level"], w["request_id"]) for w in warnings] == [("WARNING", request_id)]
     assert "before the answer ended" in warnings[0]["message"]
 

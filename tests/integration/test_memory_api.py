@@ -18,7 +18,7 @@ from gateway.memory.jobs import Job
 from gateway.memory.model import Message
 from gateway.presets import PRESETS
 from gateway.service.worker import JobRunner
-from gateway.store.keys import SessionKeys
+from gateway.store.keys import JOB_GROUP, SessionKeys
 from gateway.store.redis_store import RedisStore, StoreUnavailable, create_client
 from gateway.summarize.summarizer import Summarizer
 from gateway.text.tokens import TokenCounter
@@ -35,6 +35,25 @@ def all_session_keys(redis_server: RedisProcess) -> set[bytes]:
     client = redis_server.client()
     try:
         return {k for k in client.scan_iter(count=1000) if k.startswith(b"mg:{")}
+    finally:
+        client.close()
+
+
+def jobs_settled(redis_server: RedisProcess) -> bool:
+    """No job notice waits in a shard for the worker, and none is in its hands."""
+    client = redis_server.client()
+    try:
+        for stream in streams():
+            if not client.exists(stream):
+                continue
+            for group in client.xinfo_groups(stream):
+                if group["name"] not in (JOB_GROUP, JOB_GROUP.encode()):
+                    continue
+                last = group["last-delivered-id"]
+                last = last.decode() if isinstance(last, bytes) else last
+                if group["pending"] or client.xrange(stream, min=f"({last}", count=1):
+                    return False
+        return True
     finally:
         client.close()
 
@@ -130,7 +149,8 @@ def test_erasing_a_session_and_a_user_leaves_no_key(
     assert http.delete("/memory/users/erasable-user").status_code == 204
     assert http.get("/memory/users/erasable-user").status_code == 404
     assert http.get(f"/memory/sessions/{session_id}-1").status_code == 404
-    time.sleep(0.5)  # let the in-process worker finish whatever it had picked up
+    # The in-process worker finishes whatever it had picked up.
+    wait_for(lambda: jobs_settled(redis_server), what="every job notice done")
     assert all_session_keys(redis_server) - before == set()
     client = redis_server.client()
     assert not any(b"secret" in v for _, _, fields in notices(client) for v in fields.values())
@@ -156,9 +176,9 @@ async def job_in_flight(
 ) -> tuple[JobRunner, _BlockingModel, asyncio.Task[Any]]:
     """15 messages and their chunk job, running, its summarizer call waiting for release."""
     messages = [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(15)]
-    await store.record(keys, messages, now=1.0, user_id=None)
+    await store.sessions.record(keys, messages, now=1.0, user_id=None)
     job = Job("chunk", 1, 15, 15)
-    await store.enqueue(keys, [job])
+    await store.queue.enqueue(keys, [job])
     model = _BlockingModel()
     runner = JobRunner(store, Summarizer(model, TokenCounter()), PRESETS["hybrid"])
     task = asyncio.create_task(runner.run(keys, job))
@@ -171,7 +191,7 @@ async def test_an_in_flight_job_does_not_resurrect_an_erased_session(
 ) -> None:
     keys = SessionKeys("tenant-erase", "in-flight")
     _, model, task = await job_in_flight(store, keys)
-    await store.erase_session(keys)
+    await store.sessions.erase_session(keys)
     model.release.set()
     assert await task == "gone"
     leftover = [k async for k in store.client.scan_iter(match=f"mg:{keys.tag}*")]
@@ -321,6 +341,6 @@ async def test_a_lease_left_by_a_redis_crash_does_not_hold_up_the_sessions_jobs(
         started = time.monotonic()
         assert await asyncio.wait_for(runner.flush(keys), 10) == 1
         assert time.monotonic() - started < 5
-        _, tiers, pending = await store.job_state(keys)
+        _, tiers, pending = await store.sessions.job_state(keys)
         assert pending == [] and [(s.start, s.end) for s in tiers.summaries] == [(1, 15)]
         await store.close()

@@ -4,7 +4,6 @@ and several processes sharing PROMETHEUS_MULTIPROC_DIR answer every scrape with 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +14,10 @@ import redis
 
 from devsupport.servers import RedisProcess, free_port, running_redis
 from gateway.memory.model import Message
+from gateway.routes.prometheus import CACHE_S
 from gateway.text.tokens import TokenCounter
 from tests.support.clients import register_content, say, sdk
+from tests.support.clock import SteppedClock
 from tests.support.fixtures import GatewayFactory
 from tests.support.jobs import streams
 from tests.support.metrics import Samples, moved, scrape, value
@@ -134,29 +135,46 @@ def test_a_degraded_request_is_counted_by_reason(
     assert value(after, "memory_gateway_jobs_backlog_up") == 0
 
 
+def undelivered(samples: Samples, shard: int) -> float:
+    return value(samples, "memory_gateway_jobs_pending", state="undelivered", shard=str(shard))
+
+
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def test_the_job_backlog_is_read_from_the_stream(
     make_gateway: GatewayFactory, api_key: str, session_id: str
 ) -> None:
+    clock = SteppedClock()
     with running_redis() as server:
-        gateway = make_gateway(redis_url=server.url, worker={"in_process": False})
+        gateway = make_gateway(redis_url=server.url, worker={"in_process": False}, clock=clock)
         client = sdk(gateway, api_key, session_id)
         before = scrape(gateway.url)
         assert value(before, "memory_gateway_jobs_backlog_up") == 1
         for i in range(12):  # past the hybrid preset's first chunk: jobs are enqueued
             say(client, f"message number {i} for the backlog")
-        time.sleep(2.1)  # past the backlog's cache
-        after = scrape(gateway.url)
         counted = redis.Redis.from_url(server.url)
         shards = {stream: counted.xlen(stream) for stream in streams()}
         assert sum(shards.values()) > 0
+        # Read at most every CACHE_S: within it, a scrape shows the backlog read before.
+        cached = scrape(gateway.url)
+        assert sum(undelivered(cached, shard) for shard in range(len(shards))) == 0
+        clock.advance(CACHE_S)
+        read_from, after, read_by = server_ms(counted), scrape(gateway.url), server_ms(counted)
         for shard, stream in enumerate(streams()):
-            waiting = value(after, "memory_gateway_jobs_pending", state="undelivered",
-                            shard=str(shard))  # fmt: skip
-            assert waiting == shards[stream]
+            assert undelivered(after, shard) == shards[stream]
             assert value(after, "memory_gateway_jobs_pending", state="delivered",
                          shard=str(shard)) == 0  # fmt: skip
             lag = value(after, "memory_gateway_jobs_lag_seconds", shard=str(shard))
-            assert (2.0 <= lag < 120) if shards[stream] else lag == 0
+            if shards[stream]:  # the age of the oldest notice, by Redis's clock at the read
+                ((oldest, _),) = counted.xrange(stream, count=1)
+                enqueued = int(oldest.split(b"-")[0])
+                assert (read_from - enqueued) / 1000 <= lag <= (read_by - enqueued) / 1000
+            else:
+                assert lag == 0
+        counted.close()
         gateway.stop()
 
 

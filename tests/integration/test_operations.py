@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from gateway.observability import metrics
 from tests.support.clients import say, sdk
 from tests.support.fixtures import GatewayFactory
 from tests.support.metrics import moved, scrape
+from tests.support.waiting import reached
 
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
 SUMMARIES = "memory_gateway_summaries_total"
@@ -161,13 +161,15 @@ def _summarized(
     client = sdk(gateway, api_key, session_id)
     for i in range(12):
         say(client, f"message number {i} about the summaries")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    counted = 0.0
+
+    def moved_yet() -> float:
+        nonlocal counted
         counted = moved(before, scrape(gateway.url), SUMMARIES, outcome=outcome)
-        if counted:
-            return counted
-        time.sleep(0.1)
-    return 0.0
+        return counted
+
+    reached(moved_yet, timeout=30)
+    return counted
 
 
 def test_every_outcome_is_exposed_from_the_start(gateway: ServerThread) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import httpx
@@ -11,7 +10,9 @@ import pytest
 
 from devsupport.fake_upstream import FakeUpstream
 from tests.support.clients import Memory, import_all, say, sdk
+from tests.support.clock import SteppedClock
 from tests.support.fixtures import GatewayFactory
+from tests.support.waiting import wait_for
 
 FILLER = [
     "Could you suggest a good way to structure the weekly planning meeting?",
@@ -128,19 +129,18 @@ def test_an_idle_session_is_ended_when_the_user_starts_another(
         "window": {"messages": 8, "keep_last": 3},
         "facts": {"extract_every": 2},
         "recall": {},
-        "cross_session": {"idle_end_s": 0.5},
+        "cross_session": {"idle_end_s": 60},
         "priority": ["window_keep", "recall", "facts", "profile", "window"],
     }
-    gateway = make_gateway(memory={"tiers": tiers})
+    clock = SteppedClock()
+    gateway = make_gateway(memory={"tiers": tiers}, clock=clock)
     user = {"X-User-Id": "idle-user"}
     say(sdk(gateway, api_key, session_id, **user), "My favourite colour is teal.")
-    time.sleep(1.0)
+    clock.advance(61)
     say(sdk(gateway, api_key, session_id + "-b", **user), "Hello again.")
     http = httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {api_key}"})
-    deadline = time.monotonic() + 10
-    while not http.get(f"/memory/sessions/{session_id}").json()["ended"]:
-        assert time.monotonic() < deadline, "the idle session was not ended"
-        time.sleep(0.1)
+    ended = lambda: http.get(f"/memory/sessions/{session_id}").json()["ended"]  # noqa: E731
+    wait_for(ended, what="the idle session ended by the worker")
     later = Memory(gateway, api_key, session_id + "-c")
     later.http.headers["X-User-Id"] = "idle-user"
     profile = later.context("what is my favourite colour?")["messages"][0]["content"]

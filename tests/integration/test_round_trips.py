@@ -1,9 +1,9 @@
 """Redis round trips on the request path: at most two per turn (issue 6), every preset.
 
 A round trip is one write of commands to a Redis connection followed by reading their
-replies: one command, one pipeline or one script call. The gateway's request-path store
-gets a connection class that counts them (and notes which store method sent them), over
-a real redis-server; the turn measured is a steady-state one that does all it can do:
+replies: one command, one pipeline or one script call. The gateway's store gets a link
+that counts them (and notes which store operation sent each: ``tests.support.round_trips``),
+over a real redis-server; the turn measured is a steady-state one that does all it can do:
 recall finds archived messages outside the window (and, with X-User-Id, in the user's
 ended session), and the turn's messages make a summarization job due.
 """
@@ -180,8 +180,8 @@ async def test_jobs_of_a_turn_that_lost_the_race_are_enqueued_for_where_it_lande
     service = MemoryService(store, TokenCounter(), MemoryConfig(preset="rolling-summary"))
     first = await service.prepare(identity, (Message("user", "first question"),), "gpt-4o")
     second = await service.prepare(identity, (Message("user", "second question"),), "gpt-4o")
-    await service.record(first, Message("assistant", "first answer"), now=1.0)
-    await service.record(second, Message("assistant", "second answer"), now=2.0)
+    await service.recorder.record(first, Message("assistant", "first answer"), now=1.0)
+    await service.recorder.record(second, Message("assistant", "second answer"), now=2.0)
 
     client = redis_server.client()
     try:
@@ -207,8 +207,8 @@ async def test_a_server_that_lost_its_scripts_gets_them_again(
         client = redis_server.client()
         client.script_flush()
         client.close()
-        await service.record(turn, Message("assistant", f"answer {n}"), now=1.0 + n)
-    count, messages = await store.tail(session_keys(identity), 10)
+        await service.recorder.record(turn, Message("assistant", f"answer {n}"), now=1.0 + n)
+    count, messages = await store.sessions.tail(session_keys(identity), 10)
     assert count == 4
     assert [m.text for m in messages] == ["question 0", "answer 0", "question 1", "answer 1"]
     assert _notices(redis_server, identity.session_id) == {b"fold:1-2:t1", b"fold:3-4:t2"}

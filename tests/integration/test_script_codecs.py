@@ -101,6 +101,16 @@ def test_a_record_lands_where_predicted_and_load_reads_it_back(
     assert again.repeated and again.first == 1 and client.llen(keys.log) == 2
 
 
+def test_a_record_keeps_the_job_lease_short(client: Any, keys: SessionKeys) -> None:
+    # A runner holds the session's lease for seconds; a turn recorded meanwhile must not
+    # stretch it to the retention, or a runner that dies would block the jobs for days.
+    assert keys.all()[5] == keys.lease  # record.lua leaves KEYS[6] alone
+    client.set(keys.lease, "runner-1", px=5000)
+    run(client, "record", append(keys, ["Hello", "Hi"]).encode())
+    assert 0 < client.pttl(keys.lease) <= 5000
+    assert client.ttl(keys.log) > 3000
+
+
 def test_a_record_planned_for_another_length_writes_nothing(client: Any, keys: SessionKeys) -> None:
     run(client, "record", append(keys, ["one", "two"]).encode())
     moved = Recorded.decode(

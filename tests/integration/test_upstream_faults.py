@@ -68,7 +68,7 @@ def test_upstream_errors_pass_through_with_status_body_and_retry_after(
     assert html.status_code == 503
     assert html.headers["content-type"].startswith("text/html")
     assert "503 Service Unavailable" in html.text
-    assert len(fake_upstream.chat_requests()) == 3  # one each: nothing retried
+    assert len(fake_upstream.proxied_requests()) == 3  # one each: nothing retried
     assert stored_log(redis_server, api_key, session_id) == []  # no half turn recorded
 
 
@@ -101,7 +101,7 @@ def test_sdk_sees_the_upstream_error(
         assert raised.value.response.headers["retry-after"] == "7"
     if model == "error-html":
         assert "503 Service Unavailable" in raised.value.response.text
-    assert len(fake_upstream.chat_requests()) == 1
+    assert len(fake_upstream.proxied_requests()) == 1
 
 
 def test_connect_failure_is_a_clear_502(
@@ -149,7 +149,7 @@ def test_first_byte_timeout_is_a_504(
     assert elapsed < 2.5
     # The gateway hung up on the upstream: the call ends there, not 3 s later.
     assert reached(lambda: bool(fake_upstream.disconnects), timeout=1.5)
-    assert len(fake_upstream.chat_requests()) == 1
+    assert len(fake_upstream.proxied_requests()) == 1
 
 
 def test_an_upstream_that_does_not_stream_when_asked_is_a_502(
@@ -202,7 +202,7 @@ def test_stream_that_breaks_ends_with_an_error_event_and_records_nothing(
         }[model]
     )
     assert error["type"] == "upstream_error"
-    assert len(fake_upstream.chat_requests()) == 1  # no retry once bytes reached the client
+    assert len(fake_upstream.proxied_requests()) == 1  # no retry once bytes reached the client
     assert stored_log(redis_server, api_key, session_id) == []
 
 
@@ -313,7 +313,7 @@ def test_client_leaving_cancels_the_upstream_within_a_second_and_records_nothing
     assert reached(lambda: bool(fake_upstream.disconnects), 3.0), "the upstream was not cancelled"
     assert fake_upstream.disconnects[0].at - left_at < 1.0
     assert not fake_upstream.in_flight
-    assert len(fake_upstream.chat_requests()) == 1
+    assert len(fake_upstream.proxied_requests()) == 1
     time.sleep(0.2)
     assert stored_log(redis_server, api_key, session_id) == []
 

@@ -74,7 +74,7 @@ async def test_a_worker_blocked_for_five_seconds_stops_within_half_a_second(
     store: RedisStore, admin: Any
 ) -> None:
     runner = JobRunner(store, Summarizer(None, TokenCounter()), PRESETS["hybrid"])
-    worker = Worker(store, runner, block_ms=5000, consumer="stopping")
+    worker = Worker(store.queue, runner, block_ms=5000, consumer="stopping")
     stop = asyncio.Event()
     running = asyncio.ensure_future(worker.run(stop))
     await until(lambda: blocked_reads(admin) == SHARDS, "the worker's reads never blocked")
@@ -92,7 +92,7 @@ async def test_a_worker_blocked_for_five_seconds_stops_within_half_a_second(
         announce(admin, shard, f"after-stop-{shard}")
     assert [pending(admin, shard) for shard in range(SHARDS)] == [0] * SHARDS
     for shard in range(SHARDS):
-        taken = await store.read_jobs(shard, "next", count=10, block_ms=100)
+        taken = await store.queue.read_jobs(shard, "next", count=10, block_ms=100)
         assert [n.job_id for n in taken] == [f"after-stop-{shard}"]
 
 
@@ -104,8 +104,8 @@ async def test_a_cancelled_blocked_read_leaves_no_reply_for_the_next_command(
     be handed to the cancelled read and its reply read as the next command's."""
     store = await open_store(private_redis.url, connections=1, shards=1)
     try:
-        await store.ensure_group(0)
-        read = asyncio.ensure_future(store.read_jobs(0, "gone", count=1, block_ms=5000))
+        await store.queue.ensure_group(0)
+        read = asyncio.ensure_future(store.queue.read_jobs(0, "gone", count=1, block_ms=5000))
         await until(lambda: blocked_reads(admin) == 1, "the read never blocked")
         read.cancel()
         await asyncio.gather(read, return_exceptions=True)
@@ -113,9 +113,9 @@ async def test_a_cancelled_blocked_read_leaves_no_reply_for_the_next_command(
         await until(lambda: blocked_reads(admin) == 0, "the cancelled read is still blocked", 2.0)
 
         announce(admin, 0, "job-after-cancel")
-        assert await store.bounded(lambda: store.client.echo("mine")) == b"mine"
-        assert await store.bounded(lambda: store.client.get("absent")) is None
-        taken = await store.read_jobs(0, "next", count=10, block_ms=100)
+        assert await store.client.echo("mine") == b"mine"
+        assert await store.client.get("absent") is None
+        taken = await store.queue.read_jobs(0, "next", count=10, block_ms=100)
         assert [n.job_id for n in taken] == ["job-after-cancel"]
         consumers = admin.xinfo_consumers(job_stream(0), JOB_GROUP)
         held = {c["name"].decode(): c["pending"] for c in consumers}

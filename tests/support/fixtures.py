@@ -16,6 +16,7 @@ import json
 import logging
 import re
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -245,9 +246,11 @@ GatewayFactory = Callable[..., ServerThread]
 def make_gateway(upstream_url: str, redis_server: RedisProcess) -> Iterator[GatewayFactory]:
     started: list[ServerThread] = []
 
-    def make(redis_url: str | None = None, **overrides: Any) -> ServerThread:
+    def make(
+        redis_url: str | None = None, clock: Callable[[], float] = time.time, **overrides: Any
+    ) -> ServerThread:
         settings = build_settings(upstream_url, redis_url or redis_server.url, **overrides)
-        thread = start_gateway(settings)
+        thread = start_gateway(settings, clock)
         started.append(thread)
         return thread
 
@@ -263,10 +266,10 @@ def gateway(make_gateway: GatewayFactory) -> ServerThread:
 
 @pytest.fixture
 def counted_gateway(
-    upstream_url: str, redis_server: RedisProcess, monkeypatch: pytest.MonkeyPatch
+    upstream_url: str, redis_server: RedisProcess
 ) -> Iterator[tuple[Any, RoundTrips]]:
-    """Gateways whose Redis connections count their round trips (``make(preset)``)."""
-    with counted_gateways(upstream_url, redis_server, monkeypatch) as made:
+    """Gateways whose store counts its round trips at its link (``make(preset)``)."""
+    with counted_gateways(upstream_url, redis_server) as made:
         yield made
 
 

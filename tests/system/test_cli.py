@@ -26,6 +26,8 @@ from gateway.cli import main
 from gateway.commands.checkpoint import Checkpoint
 from gateway.commands.transcript import MessagesDigest, read_transcript
 from tests.support.clients import Memory, register_content, say, sdk
+from tests.support.clock import SteppedClock
+from tests.support.fixtures import GatewayFactory
 
 GATEWAY = [sys.executable, "-m", "gateway.cli"]
 
@@ -514,12 +516,18 @@ def test_inspect_shows_the_tiers_and_the_last_receipt(
 
 
 def test_sessions_lists_sizes_and_last_activity_newest_first(
-    gateway: ServerThread, run: Run, api: httpx.Client, session_id: str, tmp_path: Path
+    make_gateway: GatewayFactory,
+    api_key: str,
+    capsys: pytest.CaptureFixture[str],
+    session_id: str,
+    tmp_path: Path,
 ) -> None:
+    clock = SteppedClock()
+    run = Run(make_gateway(clock=clock), api_key, capsys)
     older, newer = session_id + "-older", session_id + "-newer"
     path = write_jsonl(tmp_path / "chat.jsonl", conversation(6))
     assert run("import", str(path), "--session", older)[0] == 0
-    time.sleep(1.1)  # activity is kept in seconds
+    clock.advance(1.1)  # activity is kept in seconds
     assert run("import", str(path), "--session", newer, "--user", "ada", "--batch", "2")[0] == 0
 
     code, out, err = run("sessions")

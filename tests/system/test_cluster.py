@@ -42,7 +42,7 @@ from tests.support.concurrency import all_at_once
 from tests.support.jobs import SHARDS, streams
 from tests.support.metrics import scrape, value
 from tests.support.processes import Served, worker_process
-from tests.support.waiting import wait_for
+from tests.support.waiting import reached, wait_for
 
 
 @dataclass
@@ -288,17 +288,27 @@ def test_job_notices_spread_over_the_masters_and_crashed_workers_jobs_are_taken_
                 for s, session in sessions.items()}  # fmt: skip
     for memory in memories.values():
         memory.add(16)  # past hybrid's first chunk: one job each
-    time.sleep(0.5)
-    held = {stream: client.xpending(stream, "summarizers")["pending"] for stream in streams()}
-    # /metrics reads the backlog of every shard from its master, lag included.
-    time.sleep(2.1)  # past the backlog's cache
+
+    # Redis hands the notices to the stopped workers' blocked reads.
+    def pending() -> dict[str, int]:
+        return {s: client.xpending(s, "summarizers")["pending"] for s in streams()}
+
+    wait_for(lambda: sum(pending().values()) >= 1, 10, "notices held by the stopped workers")
+    held = pending()
+    # /metrics reads the backlog of every shard from its master, lag included (its first
+    # read: nothing cached). Redis's clock is this machine's.
+    read_from = time.time()
     samples = scrape(deployment.gateways[1].url)
+    read_by = time.time()
     assert value(samples, "memory_gateway_jobs_backlog_up") == 1
     for shard, stream in enumerate(streams()):
         shown = value(samples, "memory_gateway_jobs_pending", state="delivered", shard=str(shard))
         assert shown == held[stream]
-        if held[stream]:
-            assert value(samples, "memory_gateway_jobs_lag_seconds", shard=str(shard)) >= 2.0
+        if held[stream]:  # the age of the oldest notice when the backlog was read
+            ((oldest, _),) = client.xrange(stream, count=1)
+            enqueued = int(oldest.split(b"-")[0]) / 1000
+            lag = value(samples, "memory_gateway_jobs_lag_seconds", shard=str(shard))
+            assert read_from - enqueued - 0.01 <= lag <= read_by - enqueued + 0.01
     for worker in deployment.workers:
         worker.kill()
         worker.wait(10)
@@ -408,14 +418,15 @@ def _kill_a_master_under_load(running: Deployment, key: str) -> FailoverReport:
     threads = [threading.Thread(target=converse, args=pair) for pair in enumerate(sessions)]
     for thread in threads:
         thread.start()
-    time.sleep(3)
+    # Under load: every session has had turns acknowledged.
+    wait_for(lambda: all(len(acknowledged[s]) >= 3 for s in sessions), 30, "turns under load")
     running.cluster.kill_master(victim[1])  # SIGKILL: gone when this returns
     killed_at.append(time.monotonic())
     failover_s = running.cluster.wait_for_failover(victim[1])
-    deadline = time.monotonic() + 30
-    while not recovered_at and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(2)  # turns after the recovery
+    reached(lambda: recovered_at, timeout=30)  # the report says whether it was
+    # Turns after the recovery, on every session.
+    since = {s: len(acknowledged[s]) for s in sessions}
+    reached(lambda: all(len(acknowledged[s]) >= since[s] + 3 for s in sessions), timeout=10)
     stop.set()
     for thread in threads:
         thread.join(30)

@@ -23,8 +23,9 @@ from gateway.compat import starlette as compat_starlette
 from gateway.compat import tiktoken as compat_tiktoken
 from gateway.compat import uvicorn as compat_uvicorn
 from gateway.compat import versions
+from gateway.compat import wordllama as compat_wordllama
 
-MODULES = [compat_aiohttp, compat_starlette, compat_tiktoken, compat_uvicorn]
+MODULES = [compat_aiohttp, compat_starlette, compat_tiktoken, compat_uvicorn, compat_wordllama]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -199,6 +200,36 @@ def test_the_encoding_urls_are_tiktokens_own(name: str) -> None:
     never be found in the cache, and the offline encoding would be used silently."""
     source = inspect.getsource(getattr(tiktoken_ext.openai_public, name))
     assert f'"{compat_tiktoken.ENCODING_URLS[name]}"' in source
+
+
+# wordllama
+
+
+def test_wordllama_s_files_are_where_the_gateway_reads_them() -> None:
+    from safetensors import safe_open
+
+    directory = compat_wordllama.package_dir()
+    assert directory is not None and (directory / "__init__.py").is_file()
+    files = compat_wordllama.files(directory)
+    with safe_open(str(files.weights), framework="np") as weights:
+        assert weights.get_slice(compat_wordllama.TABLE).get_shape()[1] >= 128
+    assert files.tokenizer.read_text().lstrip().startswith("{")
+
+
+def test_wordllama_is_found_without_being_imported() -> None:
+    import sys
+
+    if "wordllama" in sys.modules:  # (imported by something else in this process)
+        pytest.skip("wordllama already imported")
+    assert compat_wordllama.package_dir() is not None
+    assert "wordllama" not in sys.modules
+
+
+def test_a_moved_wordllama_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "tokenizers").mkdir()
+    (tmp_path / compat_wordllama.TOKENIZER).write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"has no weights/l2_supercat_256\.safetensors"):
+        compat_wordllama.files(tmp_path)
 
 
 # the pins

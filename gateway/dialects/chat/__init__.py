@@ -1,0 +1,1 @@
+"""The chat-completions dialect whole: its request, content parts, stream watch and answer."""

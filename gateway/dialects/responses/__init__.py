@@ -1,0 +1,1 @@
+"""The Responses API dialect whole: its request, input items, stream watch and answer."""

@@ -1,8 +1,8 @@
 -- RECORD: append a turn to a session's log, atomically.
 --
 -- KEYS: the session's keys in ``SessionKeys.all()`` order: meta (1), log (2), tiers,
--- pins (4), jobs (5), lease, vec (7), ... and branches LAST (KEYS[#KEYS]); every one
--- gets the retention TTL.
+-- pins (4), jobs (5), lease (6), vec (7), ... and branches LAST (KEYS[#KEYS]); every one
+-- but the lease gets the retention TTL.
 -- ARGV (built by ``codecs.RecordArgs.encode``, one place):
 --   1 ttl_s, 2 now, 3 session id, 4 user id ("" = keep), 5 truncate_to (-1 = none),
 --   6 expected count (-1 = any), 7 user messages appended, 8 M = messages appended,
@@ -106,6 +106,10 @@ redis.call('HDEL', KEYS[1], 'ended')
 local turns = redis.call('HINCRBY', KEYS[1], 'turns', tonumber(ARGV[7]))
 local ttl = tonumber(ARGV[1])
 for i = 1, #KEYS do
-  redis.call('EXPIRE', KEYS[i], ttl)
+  -- The lease keeps the short PX its runner took it with: given the retention, a runner
+  -- that died holding it would block the session's jobs for days.
+  if i ~= 6 then
+    redis.call('EXPIRE', KEYS[i], ttl)
+  end
 end
 return {first, n, turns, new_user, predicted, gen, 0}

@@ -3,7 +3,7 @@ the 429 a refusal becomes, and what a chat turn is charged."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -24,6 +24,8 @@ from gateway.http.rate_limits import (
     window_of,
 )
 from gateway.memory.model import Message
+from gateway.service.turn import Answered
+from gateway.service.turn_service import usage_tokens
 from gateway.text.tokens import TokenCounter
 
 KEY_A = "team-a-key-0123456789abcdef"
@@ -188,16 +190,18 @@ def test_a_refusal_is_openais_429() -> None:
     assert in_flight.response_headers() == {"retry-after": "1"}
 
 
-def _turn(context_tokens: int, model: str = "gpt-4o-mini") -> Any:
-    receipt = SimpleNamespace(total_tokens=context_tokens)
-    return SimpleNamespace(context=SimpleNamespace(receipt=receipt), model=model)
+def _answered(answer: Message | None, usage: Any, context_tokens: int = 120) -> Answered:
+    """A turn whose context took ``context_tokens``, answered so (as ``TurnService``
+    reports it)."""
+    count = partial(TokenCounter().count_payload, model="gpt-4o-mini")
+    return Answered(context_tokens, *usage_tokens(usage), answer, count)
 
 
 def _charged(answer: Message | None, usage: Any, limits: Limits) -> int:
     lease = Lease([LimitScope("tenant", "p", limits)], "lease")
     token = _CURRENT.set(lease)
     try:
-        charge(_turn(120), answer, usage, TokenCounter())
+        charge(_answered(answer, usage))
     finally:
         _CURRENT.reset(token)
     return lease.tokens + sum(count() for count in lease.pending)
@@ -223,4 +227,4 @@ def test_nothing_is_charged_without_a_token_limit_or_an_answer() -> None:
     answer = Message("assistant", "hello there")
     assert _charged(answer, None, Limits(requests=5)) == 0
     assert _charged(None, None, Limits(tokens=1000)) == 0
-    charge(_turn(120), answer, None, TokenCounter())  # no request being limited: no-op
+    charge(_answered(answer, None))  # no request being limited: no-op

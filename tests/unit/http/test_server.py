@@ -16,7 +16,7 @@ import pytest
 from devsupport.servers import ServerThread
 from gateway.errors import REFUSAL_SPREAD_S
 from gateway.http import server as http_server
-from gateway.http.server import BoundedHeadProtocol, ClientLimits, client_address, is_trusted
+from gateway.http.server import BoundedHeadProtocol, ClientLimits, TrustedProxies, client_address
 
 LIMIT = 8 * 1024
 seen: list[str] = []
@@ -411,5 +411,8 @@ def test_the_client_address_groups_ipv6_by_its_64_and_unmaps_ipv4() -> None:
     assert client_address("2001:db8:1:2:aaaa::1") == client_address("2001:db8:1:2:bbbb::9")
     assert client_address("2001:db8:1:2::1") != client_address("2001:db8:1:3::1")
     assert client_address("::ffff:203.0.113.7") == "203.0.113.7"
-    assert is_trusted("10.1.2.3", ("10.0.0.0/8",)) and not is_trusted("11.0.0.1", ("10.0.0.0/8",))
-    assert is_trusted("anything", ("*",)) and not is_trusted("10.1.2.3", ())
+    assert "10.1.2.3" in TrustedProxies(("10.0.0.0/8",))
+    assert "11.0.0.1" not in TrustedProxies(("10.0.0.0/8",))
+    assert "anything" in TrustedProxies(("*",)) and "10.1.2.3" not in TrustedProxies(())
+    assert "proxy.internal" in TrustedProxies(("proxy.internal",))
+    assert "fe80::1%eth0" in ClientLimits(trusted_proxies=("fe80::/64",)).trusted

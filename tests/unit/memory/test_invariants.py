@@ -321,24 +321,7 @@ def check(
 
     # (c) tool results only right after their call; calls with all their stored results.
     stored_results = {m.tool_call_id for m in (*scenario.stored, *prior, *new) if m.role == "tool"}
-    for position, message in enumerate(out):
-        if message.role == "tool":
-            head = position
-            while out[head].role == "tool":
-                head -= 1
-                assert head >= 0, "tool results without their call"
-            caller = out[head]
-            assert caller.role == "assistant" and caller.tool_calls, "results without their call"
-            assert message.tool_call_id in {c["id"] for c in caller.tool_calls}
-        if message.role == "assistant" and message.tool_calls:
-            following = set()
-            for later in out[position + 1 :]:
-                if later.role != "tool":
-                    break
-                following.add(later.tool_call_id)
-            for call in message.tool_calls:
-                if call["id"] in stored_results:
-                    assert call["id"] in following, "a call forwarded without its results"
+    check_tool_pairs(out, stored_results)
 
     # (e) the receipt tells the truth.
     assert receipt.total_tokens == tokens(out) + TOKENS_PER_REPLY
@@ -376,17 +359,43 @@ def check(
 
     # The window's own limits (the call that new tool results answer comes regardless).
     forced = bool(body) and new[0].role == "tool" and len(units) == 1 and body == units[0]
-    window = composition.window
     if not forced:
-        if window.messages is not None:
-            assert len(body) <= window.messages
-        if window.tokens is not None:
-            assert tokens(body) <= window.tokens
-        if window.turns is not None:
-            assert sum(1 for m in body if m.role == "user") <= window.turns
-        if window.after_summarized and tiers.summaries:
-            covered = max(s.end for s in tiers.summaries)
-            assert all(not m.index or m.index > covered for m in body)
+        check_window_limits(body, composition, tiers)
+
+
+def check_tool_pairs(out: Sequence[Message], stored_results: set[str | None]) -> None:
+    """Tool results only right after their call; calls with all their stored results."""
+    for position, message in enumerate(out):
+        if message.role == "tool":
+            head = position
+            while out[head].role == "tool":
+                head -= 1
+                assert head >= 0, "tool results without their call"
+            caller = out[head]
+            assert caller.role == "assistant" and caller.tool_calls, "results without their call"
+            assert message.tool_call_id in {c["id"] for c in caller.tool_calls}
+        if message.role == "assistant" and message.tool_calls:
+            following = set()
+            for later in out[position + 1 :]:
+                if later.role != "tool":
+                    break
+                following.add(later.tool_call_id)
+            for call in message.tool_calls:
+                if call["id"] in stored_results:
+                    assert call["id"] in following, "a call forwarded without its results"
+
+
+def check_window_limits(body: Sequence[Message], composition: Composition, tiers: Tiers) -> None:
+    window = composition.window
+    if window.messages is not None:
+        assert len(body) <= window.messages
+    if window.tokens is not None:
+        assert tokens(body) <= window.tokens
+    if window.turns is not None:
+        assert sum(1 for m in body if m.role == "user") <= window.turns
+    if window.after_summarized and tiers.summaries:
+        covered = max(s.end for s in tiers.summaries)
+        assert all(not m.index or m.index > covered for m in body)
 
 
 # --- the properties ------------------------------------------------------------------------

@@ -28,6 +28,10 @@ class FakeStore:
     def __init__(self, state: SessionState) -> None:
         self.state = state
 
+    @property
+    def sessions(self) -> FakeStore:  # the store's one part the service reads here
+        return self
+
     async def load(self, keys: SessionKeys, tail: int, **_: object) -> SessionState:
         return replace(self.state, tail=self.state.tail[-tail:])
 
@@ -165,7 +169,7 @@ async def test_a_record_whose_tail_moved_is_planned_again_and_imports_nothing_tw
     turn = await service.prepare(IDENTITY, (*earlier, Message("user", "mine")), "gpt-4o")
     assert turn.plan.expected_count == 0  # an import relies on the empty log
 
-    await service.record(turn, Message("assistant", "answer"), now=1.0)
+    await service.recorder.record(turn, Message("assistant", "answer"), now=1.0)
     texts = [m.text for m in earlier]
     assert store.records == [
         ([*texts, "mine", "answer"], 0),  # refused: the log moved

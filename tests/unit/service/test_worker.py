@@ -23,6 +23,10 @@ class Leases:
         self.released: list[tuple[SessionKeys, str]] = []
         self.fail = fail
 
+    @property
+    def queue(self) -> Leases:  # the store's part the runner's leases are in
+        return self
+
     async def release_lease(self, keys: SessionKeys, holder: str) -> None:
         await asyncio.sleep(0.01)
         if self.fail:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from gateway.compat import wordllama
 from gateway.memory import vectors
 from gateway.text.embedder import StaticEmbedder
 
@@ -16,3 +21,14 @@ def test_loads_from_the_installed_package_and_places_meanings() -> None:
     assert embedder.query("") is None  # no words: no direction
     stored = embedder.encode(["my dog", ""])
     assert len(stored[0]) == vectors.DIM and stored[1] == b""
+
+
+def test_without_wordllama_s_files_recall_matches_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(wordllama, "package_dir", lambda: tmp_path)
+    assert StaticEmbedder.load() is None
+    assert "has no tokenizers/l2_supercat_tokenizer_config.json" in caplog.text
+    monkeypatch.setattr(wordllama, "package_dir", lambda: None)
+    assert StaticEmbedder.load() is None
+    assert "wordllama is not installed" in caplog.text

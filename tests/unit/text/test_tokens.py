@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import socket
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from gateway.compat.tiktoken import cached_locally
 from gateway.memory.model import Message
 from gateway.text import tokens
 from gateway.text.tokens import (
-    OFFLINE_ENCODING,
+    SHIPPED_ENCODING,
     TOKENS_PER_MESSAGE,
     TOKENS_PER_REPLY,
     TokenCounter,
@@ -29,7 +28,7 @@ O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tik
 
 
 @pytest.fixture(autouse=True)
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No network, an empty tiktoken cache, and nothing already loaded in memory."""
     cache = tmp_path / "tiktoken-cache"
     cache.mkdir()
@@ -43,9 +42,7 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(socket.socket, "connect_ex", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
-    encoding_for_model.cache_clear()
-    yield cache
-    encoding_for_model.cache_clear()
+    return cache
 
 
 def test_network_is_really_off() -> None:
@@ -58,7 +55,7 @@ def test_network_is_really_off() -> None:
 )
 def test_any_model_counts_offline(model: str) -> None:
     encoding = encoding_for_model(model)
-    assert encoding.name == OFFLINE_ENCODING
+    assert encoding.name == SHIPPED_ENCODING
     counter = TokenCounter()
     assert counter.count_text("Hello, world!", model) == 4
     assert counter.count_text("", model) == 0
@@ -83,7 +80,7 @@ def test_empty_cache_dir_variable_means_no_cache(
     monkeypatch.setattr(tempfile, "tempdir", str(default))
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
     assert not cached_locally("o200k_base")
-    assert encoding_for_model("gpt-4o").name == OFFLINE_ENCODING
+    assert encoding_for_model("gpt-4o").name == SHIPPED_ENCODING
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
     assert cached_locally("o200k_base")  # the default directory, now really used
 
@@ -189,7 +186,26 @@ def test_long_texts_count_as_they_did(  # (counted from a buffer past _BUFFER_CH
     assert len(long) > tokens._BUFFER_CHARS
     assert TokenCounter().count_text(long) == len(encoding.encode(long, disallowed_special=()))
     lone = "a\ud800b" * 30_000  # not UTF-8: counted the way tiktoken's encode counts it
-    assert tokens._count(lone, "gpt-4o") == len(encoding.encode(lone, disallowed_special=()))
+    assert tokens.count_with(encoding, lone) == len(encoding.encode(lone, disallowed_special=()))
+
+
+def test_each_counter_remembers_its_own_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text is encoded once per counter (one per app): a new counter starts empty."""
+    encoded: list[str] = []
+    original = tiktoken.Encoding.encode
+
+    def counting(self: tiktoken.Encoding, text: str, **kwargs: Any) -> list[int]:
+        encoded.append(text)
+        return original(self, text, **kwargs)
+
+    monkeypatch.setattr(tiktoken.Encoding, "encode", counting)
+    counter = TokenCounter()
+    assert counter.count_text("a summary\nof two lines") == counter.count_text(
+        "a summary\nof two lines"
+    )
+    assert encoded == ["a summary\n", "of two lines"]
+    TokenCounter().count_text("a summary\nof two lines")
+    assert encoded == ["a summary\n", "of two lines"] * 2
 
 
 def test_uncounted_chars_are_those_counting_would_read() -> None:

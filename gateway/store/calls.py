@@ -1,6 +1,6 @@
-"""What every part of the store stands on: the client, the link (``link.py``) every
-store call goes through, its deadline, the scripts, and the one failure callers see
-(``StoreUnavailable``).
+"""What every part of the store stands on: ``StoreCalls``, the round trips on the link
+(``link.py``) under a deadline, the scripts, and the one failure callers see
+(``StoreUnavailable``). Private to ``gateway.store``: callers above hold the parts.
 
 Every call runs under a deadline (``redis.timeout_ms`` on the request path): redis-py's
 own defaults take seconds to notice a dead server, and the gateway must answer first. A
@@ -26,7 +26,6 @@ from redis.maint_notifications import MaintNotificationsConfig
 from gateway.observability import metrics
 from gateway.store import scripts
 from gateway.store.link import Command, RedisLink
-from gateway.store.tiers_cache import TiersCache
 
 T = TypeVar("T")
 
@@ -85,6 +84,7 @@ SCRIPTS = (
     "save_vectors",
     "release_usage",
     "change_key",
+    "admit",
 )
 
 
@@ -102,9 +102,14 @@ def scored(reply: Any) -> list[tuple[Any, float]]:
     return [(member, float(score)) for member, score in zip(reply[::2], reply[1::2], strict=True)]
 
 
-class StoreBase:
-    """The client, the link, the deadline and the scripts shared by the store's parts
-    (sessions, users, queue, server), which ``RedisStore`` puts together."""
+class StoreCalls:
+    """The client, the link, the deadline and the scripts every part of the store
+    (``redis_store``) makes its calls through.
+
+    One link and one client for the whole gateway: the deadline is the call's
+    (``with_deadline`` gives the same calls another default, for the worker and the
+    memory API, whose calls may take seconds where the request path's take 100 ms).
+    """
 
     def __init__(
         self,
@@ -113,6 +118,7 @@ class StoreBase:
         timeout_s: float,
         retention_s: int,
         job_shards: int = 1,
+        link: RedisLink | None = None,
     ) -> None:
         # redis-py's client: the link's connections are made like its own; the worker's
         # blocking stream reads and the start-up's CONFIG and INFO use it directly.
@@ -121,8 +127,17 @@ class StoreBase:
         self.timeout_s = timeout_s
         self.retention_s = retention_s
         self._shas = {name: scripts.sha(name) for name in SCRIPTS}
-        self._tiers = TiersCache()
-        self.link = RedisLink(client)
+        self.link = link if link is not None else RedisLink(client)
+
+    def with_deadline(self, timeout_s: float) -> StoreCalls:
+        """The same client and link, with ``timeout_s`` as the calls' deadline."""
+        return StoreCalls(
+            self.client,
+            timeout_s=timeout_s,
+            retention_s=self.retention_s,
+            job_shards=self.job_shards,
+            link=self.link,
+        )
 
     def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Command:
         """The command that runs script ``name`` (one of ``SCRIPTS``)."""
@@ -163,7 +178,7 @@ class StoreBase:
     async def _round_trip(self, commands: Sequence[Command], op: str, deadline: float) -> list[Any]:
         started = time.perf_counter()
         try:
-            return await self.link.execute(commands, deadline=deadline)
+            return await self.link.execute(commands, deadline=deadline, op=op)
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
         finally:
@@ -176,11 +191,13 @@ class StoreBase:
     async def bounded(
         self,
         call: Callable[[], Awaitable[T]],
+        *,
+        op: str,
         timeout_s: float | None = None,
     ) -> T:
         """A call through redis-py's client (off the request path: the worker's blocking
         stream reads, CONFIG and INFO at start-up) under ``asyncio.timeout``; its failure
-        is ``StoreUnavailable``."""
+        is ``StoreUnavailable``. ``op`` names the operation in the metrics."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s or self.timeout_s):
@@ -188,7 +205,7 @@ class StoreBase:
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
         finally:
-            metrics.redis_call(call, started)
+            metrics.redis_op(op, started)
 
     async def warm(self, timeout_s: float | None = None) -> None:
         """Start-up: the scripts loaded and the link's connections open, so that a burst
@@ -205,7 +222,9 @@ class StoreBase:
         commands = [("SCRIPT", "LOAD", scripts.source(name)) for name in SCRIPTS]
         started = time.perf_counter()
         try:
-            await self.link.per_server(commands, deadline=timeout_s or self.timeout_s)
+            await self.link.per_server(
+                commands, deadline=timeout_s or self.timeout_s, op="load_scripts"
+            )
         except (TimeoutError, RedisError, OSError) as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
         finally:

@@ -9,15 +9,18 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from gateway.store.base import StoreBase, StoreUnavailable
+from gateway.store.calls import StoreCalls, StoreUnavailable
 from gateway.store.keys import TENANT_SECRET_KEY
 
 
-class ServerStore(StoreBase):
+class RedisServer:
     """Server introspection and the tenant secret."""
 
+    def __init__(self, calls: StoreCalls) -> None:
+        self._calls = calls
+
     async def ping(self, timeout_s: float | None = None) -> None:
-        await self.execute([("PING",)], op="ping", timeout_s=timeout_s)
+        await self._calls.execute([("PING",)], op="ping", timeout_s=timeout_s)
 
     async def server_config(
         self, names: Sequence[str], timeout_s: float | None = None
@@ -28,17 +31,19 @@ class ServerStore(StoreBase):
             found: dict[str, str] = {}
             try:
                 for name in names:  # one name per call: Redis < 7 takes only one
-                    reply = await self.client.config_get(name)
+                    reply = await self._calls.client.config_get(name)
                     found.update({str(k): str(v) for k, v in reply.items()})
             except ResponseError:  # renamed, or denied by an ACL
                 return None
             return found
 
-        return await self.bounded(read, timeout_s)
+        return await self._calls.bounded(read, op="server_config", timeout_s=timeout_s)
 
     async def server_info(self, timeout_s: float | None = None) -> dict[str, Any]:
         """``INFO`` (every section): what a Redis that refuses CONFIG still tells."""
-        return dict(await self.bounded(self.client.info, timeout_s))
+        return dict(
+            await self._calls.bounded(self._calls.client.info, op="info", timeout_s=timeout_s)
+        )
 
     async def tenant_secret(self, timeout_s: float | None = None) -> bytes:
         """The key of the tenant hash, created once and shared by every replica."""
@@ -46,7 +51,7 @@ class ServerStore(StoreBase):
             ("SET", TENANT_SECRET_KEY, secrets.token_hex(32), "NX"),
             ("GET", TENANT_SECRET_KEY),
         ]
-        _, value = await self.execute(commands, op="tenant_secret", timeout_s=timeout_s)
+        _, value = await self._calls.execute(commands, op="tenant_secret", timeout_s=timeout_s)
         if value is None:
             raise StoreUnavailable("tenant secret vanished")
         return value.encode() if isinstance(value, str) else bytes(value)
