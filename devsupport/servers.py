@@ -78,6 +78,35 @@ class ServerThread:
 
         asyncio.run(main())
 
+    @property
+    def connections(self) -> int:
+        """Connections the server holds open now (accepted and not yet lost): uvicorn's
+        own set, which each protocol joins in ``connection_made`` and leaves in
+        ``connection_lost``. Read from the test's thread: a set's length is atomic."""
+        return len(self.server.server_state.connections)
+
+    @property
+    def requests_running(self) -> int:
+        """Requests whose ASGI task has not ended yet (uvicorn's set of them): 0 once the
+        app is done with every request it was given, however each ended."""
+        return len(self.server.server_state.tasks)
+
+    def running(self, function: Callable[..., Any]) -> int:
+        """Tasks on the server's loop running ``function`` (an ``async def``, given itself
+        rather than by name: a renamed one fails where it is named, instead of matching
+        nothing), counted on the loop."""
+
+        async def count() -> int:
+            code = function.__code__
+            return sum(
+                1
+                for task in asyncio.all_tasks()
+                if getattr(task.get_coro(), "cr_code", None) is code
+            )
+
+        assert self.loop is not None, "the server is not running"
+        return asyncio.run_coroutine_threadsafe(count(), self.loop).result(5)
+
     def start(self) -> ServerThread:
         self.thread.start()
         deadline = time.monotonic() + 10

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -134,10 +134,13 @@ def _lifespan(
     registry: KeyRegistry,
     gateway_keys: GatewayKeys,
     runner: JobRunner,
+    turns: Sequence[TurnService],
     resources: AbstractAsyncContextManager[object] | None,
 ) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
     """What runs beside the server: the caller's ``resources``, the warm-up, and the
-    background tasks (the durability check, the keys' watch, the in-process worker)."""
+    background tasks (the durability check, the keys' watch, the in-process worker); at
+    the end, the proxies' recordings still running are waited for, before the store
+    closes."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -173,6 +176,8 @@ def _lifespan(
                 yield
             finally:
                 stop.set()
+                for service in turns:  # a turn whose client left may still be recording
+                    await service.settle()
                 if durability_check is not None:
                     durability_check.cancel()
                     await asyncio.gather(durability_check, return_exceptions=True)
@@ -243,8 +248,11 @@ def create_app(
 
     memory = memory_on(store)
 
+    opened: list[TurnService] = []
+
     def turns() -> TurnService:  # one per API: its own retry ceilings and recordings
-        return TurnService(memory, auth, settings, check_turn_tool_results)
+        opened.append(TurnService(memory, auth, settings, check_turn_tool_results))
+        return opened[-1]
 
     chat = MemoryProxy(
         settings, upstream=upstream, turns=turns(), auth=auth, passthrough=passthrough
@@ -268,6 +276,7 @@ def create_app(
         registry=registry,
         gateway_keys=gateway_keys,
         runner=runner,
+        turns=opened,  # (the Responses API's is added below: read at shutdown)
         resources=resources,
     )
     health = Health(store.server)
@@ -294,7 +303,8 @@ def create_app(
     ]
     if settings.server.metrics:
         # The backlog is read under its own short deadline (``prometheus.DEADLINE_S``).
-        scrape = MetricsEndpoint(store.queue, settings.server.metrics_token, clock=intervals)
+        # The backlog read is background traffic: on the jobs' connections, not a request's.
+        scrape = MetricsEndpoint(job_store.queue, settings.server.metrics_token, clock=intervals)
         routes.append(Route("/metrics", scrape.handle, methods=["GET"]))
     if settings.auth.admin_key is not None:
         routes += AdminAPI(settings.auth, gateway_keys, registry, clock).routes()

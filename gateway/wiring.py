@@ -30,8 +30,8 @@ from gateway.upstream.models import UpstreamChatModel, UpstreamEmbeddings
 @dataclass
 class Clients:
     upstream: Upstream
-    # One client and one link. Calls are under the request path's deadline (100 ms); the
-    # worker's and the memory API's under ``job_store``'s (seconds).
+    # One store. Its calls are under the request path's deadline (100 ms); the worker's
+    # and the memory API's under ``job_store``'s (seconds), on other connections.
     store: RedisStore
     job_store: RedisStore  # ``store.with_deadline(worker.redis_timeout_s)``: the same store
     chat_model: UpstreamChatModel
@@ -84,7 +84,8 @@ def build_clients(
     link: Callable[[Any], RedisLink] = RedisLink,
 ) -> Clients:
     """The clients of ``settings``; ``clock`` is the time the app and its jobs read;
-    ``link`` makes the store's one link from its client (a test's counts round trips)."""
+    ``link`` makes each of the store's links from its client (a test's counts round
+    trips)."""
     retention_s = int(settings.redis.retention_days * 86400)
     request_timeout = settings.redis.timeout_ms / 1000
     job_timeout = settings.worker.redis_timeout_s
@@ -111,27 +112,33 @@ def build_clients(
     vectors = None
     if recall is not None and recall.semantic:
         vectors = StaticEmbedder.load()
-    # redis-py's own client is used off the request path only (the worker's blocking
-    # reads, CONFIG and INFO): its socket timeout leaves room for a blocking read, and
-    # for the link's allowance to a busy Redis (the link's connections have no socket
-    # timeout: each call's deadline bounds it). Its pool has room for a blocking read
-    # per shard and the jobs' own calls, besides ``redis.max_connections``.
+    # Two clients, one per channel of the store, each with its own connections. The
+    # request path's: its socket timeout (also its connects', and on a cluster the slot
+    # map's first read) leaves room for the link's allowance to a busy Redis and no more
+    # (the link's connections have no socket timeout of their own: each call's deadline
+    # bounds it). The background's (the worker, the memory API): its timeout waits out a
+    # blocking stream read, its pool has room for one per shard and the jobs' own calls.
     worker = settings.worker
-    client = create_client(
+    request_client = create_client(
         redis_url,
-        timeout_s=max(request_timeout + MAX_QUEUED_S, job_timeout + worker.block_ms / 1000),
-        max_connections=settings.redis.max_connections
-        + worker.job_shards
-        + worker.concurrency * 2
-        + 4,
+        timeout_s=request_timeout + MAX_QUEUED_S,
+        max_connections=settings.redis.max_connections,
+        cluster=settings.redis.cluster,
+    )
+    background_client = create_client(
+        redis_url,
+        timeout_s=job_timeout + worker.block_ms / 1000,
+        max_connections=worker.job_shards + worker.concurrency * 2 + 4,
         cluster=settings.redis.cluster,
     )
     store = RedisStore(
-        client,
+        request_client,
         timeout_s=request_timeout,
         retention_s=retention_s,
         job_shards=worker.job_shards,
-        link=link(client),
+        link=link(request_client),
+        background=background_client,
+        background_link=link(background_client),
     )
     return Clients(
         embedder=embedder,

@@ -34,7 +34,7 @@ VERSION = require(
     uses=(
         "a connection's transport (its _writer), redis._parsers.BaseParser.parse_error and "
         "RedisCluster.nodes_manager (get_node_from_slot, move_slot, initialize, "
-        "get_nodes_by_server_type)"
+        "get_nodes_by_server_type, get_node, connection_kwargs)"
     ),
 )
 
@@ -45,10 +45,29 @@ if not callable(getattr(BaseParser, "parse_error", None)):  # pragma: no cover
 
 parse_error: Callable[[str], Exception] = BaseParser.parse_error
 
-_NODES_MANAGER = ("get_node_from_slot", "move_slot", "initialize", "get_nodes_by_server_type")
-for _name in _NODES_MANAGER:  # pragma: no cover
-    if not callable(getattr(NodesManager, _name, None)):
-        raise ImportError(f"redis-py {redis.__version__}: NodesManager.{_name} is gone")
+# What ``SlotMap`` uses of the slot map: its methods, and the settings a node it did not
+# know is made with (declared in the class's ``__slots__``: seen without an instance).
+NODES_MANAGER_METHODS = (
+    "get_node_from_slot",
+    "move_slot",
+    "initialize",
+    "get_nodes_by_server_type",
+    "get_node",
+)
+NODES_MANAGER_ATTRIBUTES = ("connection_kwargs",)
+
+
+def missing_parts(nodes_manager: type) -> list[str]:
+    """What ``SlotMap`` uses that the class ``nodes_manager`` lacks."""
+    missing = [
+        name for name in NODES_MANAGER_METHODS if not callable(getattr(nodes_manager, name, None))
+    ]
+    missing += [name for name in NODES_MANAGER_ATTRIBUTES if not hasattr(nodes_manager, name)]
+    return missing
+
+
+if _missing := missing_parts(NodesManager):  # pragma: no cover
+    raise ImportError(f"redis-py {redis.__version__}: NodesManager lacks {', '.join(_missing)}")
 
 
 def reply_reader(connection: Any, incomplete: object) -> Any:

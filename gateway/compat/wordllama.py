@@ -5,8 +5,10 @@ the ``wordllama`` wheel: its ``l2_supercat`` tokenizer and token-vector table. T
 itself is never imported (importing it configures the root logger and, were its files
 missing, would download them), so the gateway relies on where the files lie inside it,
 which is no API: the installed version is checked against the range this was tested with,
-and a file that is not where it was is named. Without the package (``VERSION`` None) recall
-matches words only.
+and a file that is not where it was is named. Unlike the other ``compat`` modules this one
+does not refuse to import outside that range: the vectors are an optional part of recall,
+so ``files`` refuses instead, and the embedder falls back to words only (logged), as it
+does without the package (``VERSION`` None).
 """
 
 from __future__ import annotations
@@ -16,16 +18,12 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.compat.versions import require, shown
+from gateway.compat.versions import check, shown
 
 TESTED = ((0, 3), (0, 5))
 
 try:
-    VERSION: str | None = require(
-        "wordllama",
-        *TESTED,
-        uses="the paths of its l2_supercat tokenizer and weights inside the package",
-    )
+    VERSION: str | None = importlib.metadata.version("wordllama")
 except importlib.metadata.PackageNotFoundError:
     VERSION = None
 
@@ -52,8 +50,12 @@ def package_dir() -> Path | None:
 
 
 def files(directory: Path) -> Files:
-    """The two files in the package at ``directory``; a ``FileNotFoundError`` naming the
-    one that is not there (a wordllama whose layout changed)."""
+    """The two files in the package at ``directory``; a ``RuntimeError`` when the installed
+    version is outside ``TESTED``, a ``FileNotFoundError`` naming the one that is not there
+    (a wordllama whose layout changed)."""
+    if VERSION is not None:
+        uses = "the paths of its l2_supercat tokenizer and weights inside the package"
+        check("wordllama", VERSION, *TESTED, uses=uses)
     found = Files(directory / TOKENIZER, directory / WEIGHTS)
     for path in (found.tokenizer, found.weights):
         if not path.is_file():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import time
 from typing import Any, Protocol
 
@@ -22,6 +23,9 @@ from starlette.responses import JSONResponse, Response
 from gateway.errors import error_body
 from gateway.observability import metrics
 from gateway.store.backlog import JobBacklog
+from gateway.store.redis_store import StoreUnavailable
+
+log = logging.getLogger(__name__)
 
 DEADLINE_S = 0.5
 CACHE_S = 2.0
@@ -54,7 +58,10 @@ class JobBacklogReader:
     async def _query(self) -> dict[int, JobBacklog] | None:
         try:
             return await self.queue.backlog(timeout_s=DEADLINE_S)
-        except Exception:  # a deadline, a connection error: a scrape never fails on Redis
+        except StoreUnavailable:  # a deadline, a connection error: a scrape never fails on Redis
+            return None
+        except Exception:  # a reply the gateway could not read: said, still not a failed scrape
+            log.exception("the job backlog could not be read")
             return None
 
 

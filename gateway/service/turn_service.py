@@ -219,6 +219,13 @@ class TurnService:
         # A cancellation ends the wait, never the recording (the task runs on).
         return await asyncio.shield(task)
 
+    async def settle(self) -> None:
+        """Wait for the recordings still running: a server stopping must not cut a turn
+        the store is writing (its client may have left; each write is bounded by the
+        store's deadline and ``redis.record_retry_s``)."""
+        while self._recordings:
+            await asyncio.gather(*self._recordings, return_exceptions=True)
+
     async def _record_now(self, turn: Turn, answer: Message) -> bool:
         try:
             await self.memory.recorder.record(

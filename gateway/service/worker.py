@@ -19,7 +19,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 from gateway.config import WorkerConfig
 from gateway.errors import EmbeddingsUnavailable
@@ -28,11 +28,10 @@ from gateway.memory.jobs import Job, needed_range
 from gateway.memory.model import Message, Tiers
 from gateway.observability import metrics
 from gateway.presets import Composition
-from gateway.service.ports import Embedder, JobQueue, Store
+from gateway.service.ports import Embedder, JobStream, Store
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import JobNotice, StoreUnavailable
-from gateway.summarize.run import run_job
-from gateway.summarize.summarizer import Summarizer
+from gateway.summarize.run import SummaryWriter, run_job
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class JobRunner:
     def __init__(
         self,
         store: Store,
-        summarizer: Summarizer,
+        summarizer: SummaryWriter,
         composition: Composition,
         clock: Callable[[], float] = time.time,
         lease_ms: int = 120_000,
@@ -237,6 +236,12 @@ class JobRunner:
 STOP_GRACE_S = 5.0
 
 
+class NoticeRunner(Protocol):
+    """What the worker needs of a job runner (``JobRunner.run_notice``)."""
+
+    async def run_notice(self, notice: JobNotice) -> Outcome: ...
+
+
 class Worker:
     """Consumes the job stream's shards: new notices, and those a crashed consumer left
     behind. One loop per shard (a blocking read each); ``concurrency`` jobs at most run
@@ -244,8 +249,8 @@ class Worker:
 
     def __init__(
         self,
-        queue: JobQueue,
-        runner: JobRunner,
+        queue: JobStream,
+        runner: NoticeRunner,
         *,
         concurrency: int = 4,
         block_ms: int = 1000,
@@ -262,7 +267,7 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
 
     @classmethod
-    def from_config(cls, store: Store, runner: JobRunner, config: WorkerConfig) -> Worker:
+    def from_config(cls, store: Store, runner: NoticeRunner, config: WorkerConfig) -> Worker:
         return cls(
             store.queue,
             runner,

@@ -20,7 +20,7 @@ import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.observability import metrics
@@ -102,13 +102,63 @@ def scored(reply: Any) -> list[tuple[Any, float]]:
     return [(member, float(score)) for member, score in zip(reply[::2], reply[1::2], strict=True)]
 
 
+class Channel:
+    """A redis-py client and a link whose connections are made like the client's own."""
+
+    def __init__(self, client: redis.Redis | RedisCluster, link: RedisLink | None = None) -> None:
+        self.client = client
+        self.link = link if link is not None else RedisLink(client)
+
+
+class _Channels:
+    """The request path's client and link and the background's (the worker, the memory
+    API, the admin keys' watch), owned together and closed once.
+
+    Apart, because Redis answers each connection in order: a background call that takes
+    long (an export's read of a long log, a 64 MB value) would hold up the request-path
+    calls written behind it on the same connection, and one given up would drain one of
+    the request path's few connections. The clients differ too: the request path's
+    connects within its deadline, the background's waits out a blocking stream read.
+    """
+
+    def __init__(self, request: Channel, background: Channel) -> None:
+        self.request = request
+        self.background = background
+        self._closing: asyncio.Task[None] | None = None
+
+    async def close(self) -> None:
+        """Both links and both clients (one, when both channels share it) closed, once
+        however many views ask."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        clients = [self.request.client]
+        if self.background.client is not self.request.client:
+            clients.append(self.background.client)
+        for client in clients:
+            await client.aclose()
+            if not isinstance(client, RedisCluster):
+                # A pool passed in explicitly is not closed by the client: its sockets too.
+                await client.connection_pool.disconnect()
+        await self.request.link.aclose()
+        await self.background.link.aclose()
+
+
+# What a call to Redis can fail with, all of it ``StoreUnavailable`` to the store's callers.
+# RedisClusterException is not a RedisError: redis-py raises it for a cluster it cannot
+# reach at all (no node answered its slots query), at start-up or a first call.
+_UNAVAILABLE = (TimeoutError, RedisError, RedisClusterException, OSError)
+
+
 class StoreCalls:
     """The client, the link, the deadline and the scripts every part of the store
     (``redis_store``) makes its calls through.
 
-    One link and one client for the whole gateway: the deadline is the call's
-    (``with_deadline`` gives the same calls another default, for the worker and the
-    memory API, whose calls may take seconds where the request path's take 100 ms).
+    The request path's client and link, under its deadline (100 ms). ``with_deadline``
+    gives the background's (the worker, the memory API: calls that may take seconds):
+    another client and link, other connections, shared by every such view.
     """
 
     def __init__(
@@ -119,25 +169,53 @@ class StoreCalls:
         retention_s: int,
         job_shards: int = 1,
         link: RedisLink | None = None,
+        background: redis.Redis | RedisCluster | None = None,
+        background_link: RedisLink | None = None,
     ) -> None:
+        """``client`` and ``link`` (default: one made like ``client``): the request
+        path's. ``background`` and ``background_link``: the ``with_deadline`` views'; by
+        default ``client``, and a link of their own over it (other connections)."""
+        request = Channel(client, link)
+        background_client = background if background is not None else client
+        self._init(
+            _Channels(request, Channel(background_client, background_link)),
+            request,
+            timeout_s=timeout_s,
+            retention_s=retention_s,
+            job_shards=job_shards,
+        )
+
+    def _init(
+        self,
+        channels: _Channels,
+        channel: Channel,
+        *,
+        timeout_s: float,
+        retention_s: int,
+        job_shards: int,
+    ) -> None:
+        self._channels = channels
         # redis-py's client: the link's connections are made like its own; the worker's
         # blocking stream reads and the start-up's CONFIG and INFO use it directly.
-        self.client: Any = client
+        self.client: Any = channel.client
+        self.link = channel.link
         self.job_shards = job_shards
         self.timeout_s = timeout_s
         self.retention_s = retention_s
         self._shas = {name: scripts.sha(name) for name in SCRIPTS}
-        self.link = link if link is not None else RedisLink(client)
 
     def with_deadline(self, timeout_s: float) -> StoreCalls:
-        """The same client and link, with ``timeout_s`` as the calls' deadline."""
-        return StoreCalls(
-            self.client,
+        """The background's client and link (every view shares them), with ``timeout_s``
+        as the calls' deadline."""
+        view = StoreCalls.__new__(StoreCalls)
+        view._init(
+            self._channels,
+            self._channels.background,
             timeout_s=timeout_s,
             retention_s=self.retention_s,
             job_shards=self.job_shards,
-            link=self.link,
         )
+        return view
 
     def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Command:
         """The command that runs script ``name`` (one of ``SCRIPTS``)."""
@@ -179,7 +257,7 @@ class StoreCalls:
         started = time.perf_counter()
         try:
             return await self.link.execute(commands, deadline=deadline, op=op)
-        except (TimeoutError, RedisError, OSError) as error:
+        except _UNAVAILABLE as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
         finally:
             metrics.redis_op(op, started)
@@ -202,7 +280,7 @@ class StoreCalls:
         try:
             async with asyncio.timeout(timeout_s or self.timeout_s):
                 return await call()
-        except (TimeoutError, RedisError, OSError) as error:
+        except _UNAVAILABLE as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
         finally:
             metrics.redis_op(op, started)
@@ -213,7 +291,7 @@ class StoreCalls:
         await self._load_scripts(timeout_s)
         try:
             await self.link.warm(deadline=timeout_s or self.timeout_s)
-        except (TimeoutError, RedisError, OSError) as error:
+        except _UNAVAILABLE as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
 
     async def _load_scripts(self, timeout_s: float | None = None) -> None:
@@ -225,14 +303,11 @@ class StoreCalls:
             await self.link.per_server(
                 commands, deadline=timeout_s or self.timeout_s, op="load_scripts"
             )
-        except (TimeoutError, RedisError, OSError) as error:
+        except _UNAVAILABLE as error:
             raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
         finally:
             metrics.redis_op("load_scripts", started)
 
     async def close(self) -> None:
-        await self.client.aclose()
-        if not isinstance(self.client, RedisCluster):
-            # A pool passed in explicitly is not closed by the client: close its sockets too.
-            await self.client.connection_pool.disconnect()
-        await self.link.aclose()
+        """Both channels' clients and links (shared by every view), closed once."""
+        await self._channels.close()

@@ -33,8 +33,9 @@ __all__ = ["MAX_QUEUED_S", "Command", "RedisLink"]
 
 
 class RedisLink:
-    """The request path's connections to the Redis (or Redis Cluster) ``client`` points
-    at: made as ``client`` makes its own, never checked out of its pool."""
+    """Connections to the Redis (or Redis Cluster) ``client`` points at: made as
+    ``client`` makes its own, never checked out of its pool. The store has two: the
+    request path's, and the background's (``with_deadline``), on other connections."""
 
     def __init__(self, client: Any) -> None:
         self._connections: Connections | ClusterConnections = (

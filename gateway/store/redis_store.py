@@ -1,4 +1,4 @@
-"""The Redis store: small parts, one concern each, composed over one link.
+"""The Redis store: small parts, one concern each, over a request and a background link.
 
 - ``sessions``: the request path's load and record, a session's messages, vectors,
   images, tiers (compare-and-set), pins, end and erasure;
@@ -9,8 +9,9 @@
 - ``gateway_keys``: the keys made through the admin API; ``catalog``: what an operator
   browses (tenants, sessions, receipts).
 
-Under them, ``calls`` (private to the store): the client, the link every call goes
-through (``link``), the deadline (``StoreUnavailable``) and the scripts; ``codecs``: the
+Under them, ``calls`` (private to the store): the clients, the links every call goes
+through (``link``: the request path's, and the background's, other connections), the
+deadline (``StoreUnavailable``) and the scripts; ``codecs``: the
 scripts' typed arguments and replies; ``keys``: every key. Callers above the store
 depend on the parts' Protocols (``gateway.service.ports``) and import its types from here.
 """
@@ -51,8 +52,10 @@ __all__ = [
 
 
 class RedisStore:
-    """Session memory in Redis: its parts over one client and one link, every call
-    bounded by a deadline (``timeout_s``; ``with_deadline``: another)."""
+    """Session memory in Redis: its parts over the request path's client and link, every
+    call bounded by a deadline (``timeout_s``). ``with_deadline`` gives the same store
+    for background calls (the worker, the memory API): another deadline, over the
+    background's client and link, so that its long calls never hold up a request's."""
 
     def __init__(
         self,
@@ -62,11 +65,21 @@ class RedisStore:
         retention_s: int,
         job_shards: int = 1,
         link: RedisLink | None = None,
+        background: Redis | RedisCluster | None = None,
+        background_link: RedisLink | None = None,
     ) -> None:
         """``link``: the link to send on (a test's counting one); by default, one made
-        as ``client`` makes its connections."""
+        as ``client`` makes its connections. ``background`` and ``background_link``: the
+        ``with_deadline`` views' client and link; by default ``client`` and a link of
+        their own over it (other connections than the request path's)."""
         calls = StoreCalls(
-            client, timeout_s=timeout_s, retention_s=retention_s, job_shards=job_shards, link=link
+            client,
+            timeout_s=timeout_s,
+            retention_s=retention_s,
+            job_shards=job_shards,
+            link=link,
+            background=background,
+            background_link=background_link,
         )
         self._compose(calls, TiersCache())
 
@@ -83,8 +96,9 @@ class RedisStore:
         self.catalog = Catalog(calls)
 
     def with_deadline(self, timeout_s: float) -> RedisStore:
-        """This store (its client, link and parsed tiers) with ``timeout_s`` as its calls'
-        deadline: the worker's and the memory API's, seconds where a turn's is 100 ms."""
+        """This store (its parsed tiers, and what it closes) over the background's client
+        and link, with ``timeout_s`` as its calls' deadline: the worker's and the memory
+        API's, seconds where a turn's is 100 ms. Every view shares that one link."""
         other = RedisStore.__new__(RedisStore)
         other._compose(self._calls.with_deadline(timeout_s), self._tiers)
         return other
@@ -101,5 +115,5 @@ class RedisStore:
         await self._calls.warm(timeout_s)
 
     async def close(self) -> None:
-        """The client and the link closed (for every deadline: they are shared)."""
+        """Both clients and both links closed, once (every view shares them)."""
         await self._calls.close()

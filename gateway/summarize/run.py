@@ -1,22 +1,54 @@
 """Running a summarization job: the model's work on a message range, folded into the tiers.
 
 ``run_job`` is the async half of a job (``memory.jobs`` says when one is due): it asks the
-summarizer for the job's text, through the ``Summarizer`` it is given, and returns the
-tiers with that text in place. Running a job twice is a no-op: it first checks whether
-the tiers already hold its effect.
+summarizer for the job's text, through the ``SummaryWriter`` it is given (``Summarizer``
+is one), and returns the tiers with that text in place. Running a job twice is a no-op:
+it first checks whether the tiers already hold its effect.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from gateway.memory import durable
 from gateway.memory.jobs import Job, needed_range
-from gateway.memory.model import Fact, Message, RollingSummary, Summary, Tiers
+from gateway.memory.model import Fact, KeyQA, Message, RollingSummary, Summary, Tiers
 from gateway.presets import Composition
-from gateway.summarize.summarizer import Summarizer
+from gateway.summarize.summarizer import Written
+
+
+class SummaryWriter(Protocol):
+    """What a job asks of the summarizer: the texts it writes (``Summarizer``'s methods)."""
+
+    async def chunk(self, messages: Sequence[Message]) -> Written: ...
+
+    async def recursive(
+        self,
+        previous: str | None,
+        messages: Sequence[Message],
+        *,
+        start: int,
+        end: int,
+        limit_tokens: int = 7000,
+    ) -> Written: ...
+
+    async def fold(
+        self, summary: str | None, question: str, answer: str, *, max_words: int = 250
+    ) -> Written: ...
+
+    async def compress(
+        self, summary: str | None, messages: Sequence[Message], *, max_words: int = 300
+    ) -> Written: ...
+
+    async def key_qa(self, question: str, answer: str) -> tuple[KeyQA, bool]: ...
+
+    async def facts(
+        self, messages: Sequence[Message], *, limit: int = 10
+    ) -> tuple[list[str], bool]: ...
+
+    async def merge(self, summaries: Sequence[str]) -> Written: ...
 
 
 class _Work(NamedTuple):
@@ -26,7 +58,7 @@ class _Work(NamedTuple):
     composition: Composition
     tiers: Tiers
     messages: Sequence[Message]
-    summarizer: Summarizer
+    summarizer: SummaryWriter
     now: float
 
 
@@ -35,7 +67,7 @@ async def run_job(
     composition: Composition,
     tiers: Tiers,
     messages: Sequence[Message],
-    summarizer: Summarizer,
+    summarizer: SummaryWriter,
     *,
     now: float,
 ) -> Tiers | None:
@@ -102,7 +134,7 @@ async def _extracted(
     composition: Composition,
     facts: tuple[Fact, ...],
     messages: Sequence[Message],
-    summarizer: Summarizer,
+    summarizer: SummaryWriter,
 ) -> tuple[Fact, ...]:
     """Facts after adding what ``messages`` state: the model's, or model-free ones."""
     found, fallback = await summarizer.facts(messages)

@@ -54,7 +54,8 @@ class StaticEmbedder:
             tokenizer = Tokenizer.from_file(str(files.tokenizer))
             with safe_open(str(files.weights), framework="np") as weights:
                 table = weights.get_tensor(wordllama.TABLE)
-        except (OSError, ImportError, ValueError, KeyError) as error:
+        except (OSError, ImportError, ValueError, KeyError, RuntimeError) as error:
+            # RuntimeError: a wordllama outside the tested versions (compat/wordllama.py).
             log.warning("wordllama's files unreadable (%s): recall matches words only", error)
             return None
         return cls(tokenizer, np.ascontiguousarray(table[:, : vectors.DIM], dtype=np.float32))

@@ -27,6 +27,7 @@ from gateway.cli import _server_options
 from gateway.config import Settings
 from gateway.wiring import build_clients
 from tests.support.processes import Served
+from tests.support.waiting import wait_for
 
 
 def serve_in_thread(settings: Settings) -> ServerThread:
@@ -181,7 +182,7 @@ def test_a_body_that_trickles_gets_408(
         sock.sendall(head.encode() + b'{"model": "fake-model", ')  # and no more
         answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-    time.sleep(0.2)  # the app has seen the client leave
+    wait_for(lambda: gateway.requests_running == 0, 5, "the app done with the request")
     errors = [line for level, line in log_capture.records[logged:] if level >= logging.ERROR]
     assert not errors, errors  # a client that left is no error of the gateway's
 
@@ -210,7 +211,8 @@ def test_a_thousand_idle_sockets_from_one_address_leave_others_served(
             sock.settimeout(5)
             sock.connect(("127.0.0.1", served.port))
             attack.append(sock)
-        time.sleep(0.5)  # the gateway has accepted (or refused) them all
+        # The gateway has accepted (and counted or refused) them all: none left waiting.
+        wait_for(lambda: waiting_to_be_accepted(served.port) == 0, 10, "the sockets accepted")
         with httpx.Client(base_url=served.url, timeout=5) as client:
             for _ in range(20):
                 assert client.get("/healthz").status_code == 200
@@ -230,6 +232,19 @@ def test_a_thousand_idle_sockets_from_one_address_leave_others_served(
         for sock in attack:
             sock.close()
         served.stop()
+
+
+def waiting_to_be_accepted(port: int) -> int | None:
+    """Connections the kernel has made to the listening socket on ``port`` that the
+    server has not accepted yet (a listening socket's rx_queue in /proc/net/tcp); None
+    when no socket listens there."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                local, _, state, queues = row.split()[1:5]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # LISTEN
+                    return int(queues.split(":")[1], 16)
+    return None
 
 
 # Headers.

@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 from devsupport.servers import RedisProcess
 from gateway.store.connections import LINKS, Connections
 from gateway.store.redis_store import create_client
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -54,7 +55,12 @@ async def test_connections_the_server_closed_are_made_again_before_use(
         assert admin.client_kill_filter(_type="normal", skipme=True) >= LINKS
     finally:
         admin.close()
-    await asyncio.sleep(0.05)  # the closes reach the idle connections' readers
+    # The closes reach the idle connections' protocols, which mark them failed.
+    await until(
+        lambda: all(link.failed is not None for link in connections._links),
+        5,
+        "the server's closes seen",
+    )
     # No command fails for them (a Redis restart costs no degraded turn): each
     # connection is made again when next used.
     for _ in range(2 * LINKS):
@@ -156,7 +162,9 @@ async def test_waiting_behind_a_busy_redis_is_capped(one_link: Connections) -> N
     with pytest.raises(TimeoutError):
         await one_link.execute([("PING",)], timeout_s=0.05)
     # Its deadline and max_queued_s (0.3 s), though Redis kept answering (0.48 s of work).
-    assert 0.35 <= loop.time() - start < 0.48
+    # The lower bound is the cap alone: how much of the 0.05 s deadline had run when the
+    # wait began is the loop's business (a loaded machine measured 0.348 s).
+    assert 0.3 <= loop.time() - start < 0.48
     await asyncio.gather(*ahead)
 
 

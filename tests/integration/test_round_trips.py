@@ -10,7 +10,6 @@ ended session), and the turn's messages make a summarization job due.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -30,6 +29,7 @@ from gateway.service.turn import session_keys
 from gateway.store.redis_store import RedisStore
 from gateway.text.tokens import TokenCounter
 from tests.support.clients import Memory, import_all, register_content, say, sdk
+from tests.support.clock import SteppedClock
 from tests.support.jobs import notices, notices_withdrawn
 
 MAX_ROUND_TRIPS = 2
@@ -153,10 +153,11 @@ def test_a_third_round_trip_ends_the_users_idle_sessions(
     make, trips = counted_gateway
     tiers = PRESETS["hybrid-recall"].model_dump(mode="json")
     tiers["cross_session"]["idle_end_s"] = 0.2
-    gateway = make("hybrid-recall", tiers=tiers)
+    clock = SteppedClock()
+    gateway = make("hybrid-recall", clock=clock, tiers=tiers)
     user = {"X-User-Id": f"user-{session_id}"}
     say(sdk(gateway, api_key, session_id, **user), "A session that goes idle.")
-    time.sleep(0.5)
+    clock.advance(0.5)  # idle past idle_end_s
     trips.calls.clear()
     say(sdk(gateway, api_key, session_id + "-b", **user), "A new session of the same user.")
     assert trips.calls == ["load_turn", "record", "end_sessions"]

@@ -17,10 +17,11 @@ from devsupport.disconnects import RawChat, measure_disconnects
 from devsupport.fake_upstream import BIG_WORD, FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread, free_port
 from devsupport.stored import stored_log
+from gateway.service.turn_service import TurnService
 from tests.support.clients import say, sdk
 from tests.support.fixtures import GatewayFactory
 from tests.support.resetting_upstream import ResettingUpstream
-from tests.support.waiting import reached
+from tests.support.waiting import reached, wait_for
 
 WHOLE_TURN = [("user", "hi there"), ("assistant", "ack: hi there")]
 
@@ -308,13 +309,15 @@ def test_client_leaving_cancels_the_upstream_within_a_second_and_records_nothing
     if model == "slow-stream":
         assert client.read_until(lambda c: len(c.events()) >= 2)
     assert reached(lambda: bool(fake_upstream.in_flight), 3.0)  # the upstream is at work
-    time.sleep(0.2)
+    time.sleep(0.2)  # the client stays a while at this point (not a wait for anything)
     left_at = client.leave()
     assert reached(lambda: bool(fake_upstream.disconnects), 3.0), "the upstream was not cancelled"
     assert fake_upstream.disconnects[0].at - left_at < 1.0
     assert not fake_upstream.in_flight
     assert len(fake_upstream.proxied_requests()) == 1
-    time.sleep(0.2)
+    # Over, and no recording under way: nothing was recorded, nor will be.
+    wait_for(lambda: gateway.requests_running == 0, 5, "the request over")
+    assert not gateway.running(TurnService._record_now)
     assert stored_log(redis_server, api_key, session_id) == []
 
 
@@ -360,7 +363,12 @@ def _leave_near_the_end(
         time.sleep(leave_after)
     client.leave()
     assert reached(partial(_ended, fake, text), 3.0)
-    time.sleep(max(0.0, resumed - time.monotonic()) + 0.1)  # a recording under way ends
+    # The Redis pause this run set runs out (the scenario's length: the next run starts
+    # on a Redis that takes writes); then the request is over (a recording it began has
+    # begun) and so is any recording under way.
+    time.sleep(max(0.0, resumed - time.monotonic()))
+    wait_for(lambda: gateway.requests_running == 0, 5, "the request over")
+    wait_for(lambda: not gateway.running(TurnService._record_now), 10, "the recording over")
     whole = [("user", text), ("assistant", f"ack: {text}")]
     return _EndRun(turns(redis_server, key, session), whole, log_at_done)
 

@@ -9,6 +9,7 @@ link (on the request path there should be none).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -63,11 +64,12 @@ class RoundTrips:
 def counted_gateways(
     upstream_url: str, redis_server: RedisProcess
 ) -> Iterator[tuple[Any, RoundTrips]]:
-    """Gateways whose store counts its round trips."""
+    """Gateways whose store counts its round trips (``make(preset, clock=...)``: the
+    time the app reads, a test's own to step)."""
     started: list[ServerThread] = []
     trips = RoundTrips()
 
-    def make(preset: str, **memory: Any) -> ServerThread:
+    def make(preset: str, clock: Callable[[], float] = time.time, **memory: Any) -> ServerThread:
         # Jobs stay pending (no in-process worker), so the test can see they were enqueued.
         settings = build_settings(
             upstream_url,
@@ -75,7 +77,7 @@ def counted_gateways(
             memory={"preset": preset, **memory},
             worker={"in_process": False},
         )
-        clients = build_clients(settings, settings.redis.url, link=trips.link)
+        clients = build_clients(settings, settings.redis.url, clock=clock, link=trips.link)
         thread = ServerThread(clients.create_app(settings), on_stop=clients.aclose).start()
         started.append(thread)
         return thread

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -21,3 +22,13 @@ def wait_for(
 ) -> None:
     """Wait until ``predicate`` is true; fail the test if it is not within ``timeout``."""
     assert reached(predicate, timeout, every=0.02), f"not reached in {timeout} s: {what}"
+
+
+async def until(
+    predicate: Callable[[], object], within_s: float = 10.0, what: str = "the condition"
+) -> None:
+    """``wait_for`` inside an event loop: the loop runs on while ``predicate`` is polled."""
+    deadline = time.monotonic() + within_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"not reached in {within_s} s: {what}"
+        await asyncio.sleep(0.01)

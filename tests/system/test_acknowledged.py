@@ -34,7 +34,9 @@ def test_no_acknowledged_stream_is_lost_or_duplicated_over_ten_redis_kills(
             load.wait_for(acknowledged, 20, timeout=60)
             for _ in range(CYCLES):
                 redis_server.stop(signal.SIGKILL)
-                time.sleep(0.05)  # a turn or two reaches the dead Redis
+                killed = time.monotonic()
+                # A turn or two reaches the dead Redis (answered degraded or unacknowledged).
+                load.wait_for(lambda a, killed=killed: a.sent > killed, 2, timeout=30)
                 redis_server.start()  # same port, same AOF directory
                 up = time.monotonic()
                 load.wait_for(lambda a, up=up: a.sent >= up and acknowledged(a), 12, timeout=60)

@@ -10,6 +10,7 @@ The last test kills a master under load and reports what its failover cost.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
@@ -76,7 +77,19 @@ class Deployment:
             60,
             "the workers",
         )
-        time.sleep(1)  # their first reads are under way
+        # Their reads are under way: every live worker blocked in XREADGROUP on every shard.
+        live = sum(1 for worker in self.workers if worker.poll() is None)
+        wait_for(lambda: self.blocked_reads() >= SHARDS * live, 60, "the workers' reads")
+
+    def blocked_reads(self) -> int:
+        """Clients the masters hold blocked in XREADGROUP (the workers' reads of the shards)."""
+        blocked = 0
+        for _, port in self.cluster.masters():
+            with contextlib.closing(self.cluster.node_client(port)) as node:
+                blocked += sum(
+                    1 for c in node.client_list() if c["cmd"] == "xreadgroup" and "b" in c["flags"]
+                )
+        return blocked
 
     def stop(self) -> None:
         for client in self.clients:

@@ -27,6 +27,7 @@ from gateway.memory.model import Message
 from gateway.service.turn import Answered
 from gateway.service.turn_service import usage_tokens
 from gateway.text.tokens import TokenCounter
+from tests.support.store_fakes import UnusedLimits
 
 KEY_A = "team-a-key-0123456789abcdef"
 KEY_B = "team-a-key-fedcba9876543210"
@@ -61,7 +62,7 @@ def test_limits_are_off_by_default() -> None:
     settings = Settings()
     assert settings.limits.tenant == RateLimit()
     assert not LimitPolicy(settings).active
-    assert rate_limiter(settings, store=None) is None  # type: ignore[arg-type]
+    assert rate_limiter(settings, store=UnusedLimits()) is None
 
 
 def test_negative_limits_are_refused_with_their_path() -> None:

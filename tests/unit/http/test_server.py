@@ -17,6 +17,7 @@ from devsupport.servers import ServerThread
 from gateway.errors import REFUSAL_SPREAD_S
 from gateway.http import server as http_server
 from gateway.http.server import BoundedHeadProtocol, ClientLimits, TrustedProxies, client_address
+from tests.support.waiting import wait_for
 
 LIMIT = 8 * 1024
 seen: list[str] = []
@@ -319,10 +320,12 @@ def test_kept_alive_requests_are_served_then_an_idle_connection_is_closed(
 
 
 def test_past_the_cap_a_client_address_gets_429_and_others_are_still_served() -> None:
-    with limited_server() as server:
+    # The held connections send nothing: a head deadline of its own keeps them open
+    # until the test closes them (at HEAD_S the server would close them first).
+    with limited_server(header_timeout_s=60) as server:
         held = [connect(server) for _ in range(CAP)]
         try:
-            time.sleep(0.1)  # the server has made them all
+            wait_for(lambda: server.connections == CAP, 5, "the held connections made")
             with connect(server) as extra:
                 refused, _ = read_until_closed(extra)
             assert refused.startswith(b"HTTP/1.1 429"), refused[:200]
@@ -337,7 +340,9 @@ def test_past_the_cap_a_client_address_gets_429_and_others_are_still_served() ->
                 assert other.recv(65536).startswith(b"HTTP/1.1 200")
         finally:
             held.pop().close()
-        time.sleep(0.1)  # the close reaches the server: a place is free again
+        # The close reaches the server (and the refused and other connections are gone):
+        # a place is free again.
+        wait_for(lambda: server.connections < CAP, 5, "the closed connection lost")
         try:
             answer = exchange(server, [head("again")])
             assert answer.startswith(b"HTTP/1.1 200"), answer[:200]

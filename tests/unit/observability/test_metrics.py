@@ -13,6 +13,7 @@ from gateway.memory.reconcile import Reconciled
 from gateway.observability import metrics
 from gateway.routes.prometheus import JobBacklogReader
 from gateway.store.backlog import JobBacklog
+from gateway.store.redis_store import StoreUnavailable
 
 
 def msg(role: str, text: str, tokens: int = 0) -> Message:
@@ -75,6 +76,25 @@ async def test_the_backlog_is_read_at_most_once_per_cache_period() -> None:
     assert first is not None and second is not None
     assert (first[0].undelivered, second[0].undelivered) == (1, 2)
     assert (first[1].undelivered, first[1].delivered, second[1].undelivered) == (10, 1, 20)
+
+
+class FailingQueue:
+    """A job queue whose backlog read raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def backlog(self, *, timeout_s: float) -> dict[int, JobBacklog]:
+        raise self.error
+
+
+async def test_a_backlog_redis_did_not_give_is_down_and_one_unreadable_is_logged_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert await JobBacklogReader(FailingQueue(StoreUnavailable("redis: timeout"))).read() is None
+    assert "backlog could not be read" not in caplog.text  # Redis's state, not a bug
+    assert await JobBacklogReader(FailingQueue(ValueError("bad reply"))).read() is None
+    assert "the job backlog could not be read" in caplog.text and "bad reply" in caplog.text
 
 
 def test_requests_the_middleware_does_not_see_still_time_harmlessly() -> None:

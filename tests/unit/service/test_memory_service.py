@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.auth.identity import Identity, MemoryMode
@@ -12,6 +13,7 @@ from gateway.service.memory_service import MemoryService
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import Loaded, LogSlice, Recorded, TailMoved
 from gateway.text.tokens import TokenCounter
+from tests.support.store_fakes import StoreOf, UnusedSessions
 
 
 class CountingTokens(TokenCounter):
@@ -24,13 +26,11 @@ class CountingTokens(TokenCounter):
         return super().count_message(message, model)
 
 
-class FakeStore:
+class FakeSessions(UnusedSessions):
+    """The store's one part the service reads here: a session held in memory."""
+
     def __init__(self, state: SessionState) -> None:
         self.state = state
-
-    @property
-    def sessions(self) -> FakeStore:  # the store's one part the service reads here
-        return self
 
     async def load(self, keys: SessionKeys, tail: int, **_: object) -> SessionState:
         return replace(self.state, tail=self.state.tail[-tail:])
@@ -66,7 +66,7 @@ async def test_a_resent_history_is_not_retokenized() -> None:
     stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(400)))
     tokens = CountingTokens()
     service = MemoryService(
-        FakeStore(SessionState(message_count=400, tail=stored)),  # type: ignore[arg-type]
+        StoreOf(sessions=FakeSessions(SessionState(message_count=400, tail=stored))),
         tokens,
         MemoryConfig(),
     )
@@ -79,7 +79,7 @@ async def test_a_resent_history_is_not_retokenized() -> None:
 
 async def test_imported_history_is_counted_once() -> None:
     tokens = CountingTokens()
-    service = MemoryService(FakeStore(SessionState()), tokens, MemoryConfig())  # type: ignore[arg-type]
+    service = MemoryService(StoreOf(sessions=FakeSessions(SessionState())), tokens, MemoryConfig())
     request = (*history(6), Message("user", "new"))
     turn = await service.prepare(IDENTITY, request, "gpt-4o")
     assert len(tokens.counted) == 7  # six imported messages (in prior and to_record) + new
@@ -95,7 +95,7 @@ async def test_the_configured_composition_and_the_stored_tiers_are_used() -> Non
         pins=(Pin("p1", "seat 14C", 0.95),),
     )
     config = MemoryConfig(preset="rolling-window", memory_role="developer", window_messages=5)
-    service = MemoryService(FakeStore(state), TokenCounter(), config)  # type: ignore[arg-type]
+    service = MemoryService(StoreOf(sessions=FakeSessions(state)), TokenCounter(), config)
     turn = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
     messages = turn.context.messages
     assert messages[0].role == "developer"
@@ -125,7 +125,8 @@ async def test_the_next_turn_of_a_session_does_not_count_its_unchanged_tiers_aga
     tiers = Tiers(version=2, summaries=(Summary(2, 22, "the trip to Lisbon"),))
     state = SessionState(message_count=40, tail=stored, tiers=tiers)
     tokens = CountingTexts()
-    service = MemoryService(FakeStore(state), tokens, MemoryConfig(preset="rolling-window"))  # type: ignore[arg-type]
+    store = StoreOf(sessions=FakeSessions(state))
+    service = MemoryService(store, tokens, MemoryConfig(preset="rolling-window"))
     first = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
     assert any(text.startswith("### Messages 2-22") for text in tokens.texts)
     tokens.texts.clear()
@@ -134,7 +135,7 @@ async def test_the_next_turn_of_a_session_does_not_count_its_unchanged_tiers_aga
     assert not any(text.startswith("### Messages 2-22") for text in tokens.texts)
 
 
-class RacingStore(FakeStore):
+class RacingSessions(FakeSessions):
     """The first record loses the race: another request imported the same history first."""
 
     def __init__(self, state: SessionState, landed: SessionState) -> None:
@@ -143,8 +144,8 @@ class RacingStore(FakeStore):
         self.records: list[tuple[list[str], int | None]] = []
 
     async def record(
-        self, keys: SessionKeys, messages: tuple[Message, ...], **kwargs: object
-    ) -> object:
+        self, keys: SessionKeys, messages: Sequence[Message], **kwargs: object
+    ) -> Recorded:
         expected = kwargs["expected_count"]
         assert expected is None or isinstance(expected, int)
         self.records.append(([m.text for m in messages], expected))
@@ -164,14 +165,14 @@ async def test_a_record_whose_tail_moved_is_planned_again_and_imports_nothing_tw
         replace(Message("user", "other"), index=5),
         replace(Message("assistant", "ok"), index=6),
     )
-    store = RacingStore(SessionState(), SessionState(message_count=6, tail=landed + other))
-    service = MemoryService(store, TokenCounter(), MemoryConfig())  # type: ignore[arg-type]
+    sessions = RacingSessions(SessionState(), SessionState(message_count=6, tail=landed + other))
+    service = MemoryService(StoreOf(sessions=sessions), TokenCounter(), MemoryConfig())
     turn = await service.prepare(IDENTITY, (*earlier, Message("user", "mine")), "gpt-4o")
     assert turn.plan.expected_count == 0  # an import relies on the empty log
 
     await service.recorder.record(turn, Message("assistant", "answer"), now=1.0)
     texts = [m.text for m in earlier]
-    assert store.records == [
+    assert sessions.records == [
         ([*texts, "mine", "answer"], 0),  # refused: the log moved
         (["mine", "answer"], None),  # planned again: only this turn's own messages
     ]

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.memory.jobs import Job
 from gateway.presets import PRESETS
-from gateway.service.worker import JobRunner, Worker
+from gateway.service.worker import JobRunner, Outcome, Worker
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import JobNotice, StoreUnavailable
 from gateway.summarize.summarizer import Summarizer
@@ -82,50 +82,59 @@ async def test_a_lease_whose_reply_was_lost_is_released_by_the_next_run() -> Non
 
 
 class Stuck:
-    """A store whose reads of the job stream never return (a node gone mid-call)."""
+    """A job stream whose reads never return (a node gone mid-call). Acks are counted."""
 
     job_shards = 3
+
+    def __init__(self) -> None:
+        self.acked: list[JobNotice] = []
+        self.reading: set[int] = set()  # the shards with a read under way
+        self.all_reading = asyncio.Event()
 
     async def ensure_group(self, shard: int) -> None:
         return None
 
-    async def reclaim_jobs(self, shard: int, consumer: str, **_: Any) -> list[Any]:
+    async def reclaim_jobs(self, shard: int, consumer: str, **_: Any) -> list[JobNotice]:
         return []
 
-    async def read_jobs(self, shard: int, consumer: str, **_: Any) -> list[Any]:
+    async def read_jobs(self, shard: int, consumer: str, **_: Any) -> list[JobNotice]:
+        self.reading.add(shard)
+        if len(self.reading) == self.job_shards:
+            self.all_reading.set()
         await asyncio.Event().wait()
         return []
+
+    async def ack_job(self, notice: JobNotice) -> None:
+        self.acked.append(notice)
 
 
 async def test_a_stopping_worker_does_not_wait_for_a_read_that_never_returns(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("gateway.service.worker.STOP_GRACE_S", 0.1)
-    worker = Worker(Stuck(), runner(Stuck()), block_ms=100)  # type: ignore[arg-type]
+    store = Stuck()
+    worker = Worker(store, runner(Stuck()), block_ms=100)
     stop = asyncio.Event()
     running = asyncio.ensure_future(worker.run(stop))
-    await asyncio.sleep(0.1)
-    assert not running.done()  # reading its 3 shards
+    await asyncio.wait_for(store.all_reading.wait(), 2)  # reading its 3 shards
+    assert not running.done()
     stop.set()
     await asyncio.wait_for(running, 2)  # the reads are cancelled at once
 
 
 class OneNotice(Stuck):
-    """One shard holding one notice; reads after it never return. Acks are counted."""
+    """One shard holding one notice; reads after it never return."""
 
     job_shards = 1
 
     def __init__(self) -> None:
+        super().__init__()
         self.notices = [JobNotice(b"1-0", SessionKeys("t", "s"), "job-1")]
-        self.acked: list[JobNotice] = []
 
-    async def read_jobs(self, shard: int, consumer: str, **_: Any) -> list[Any]:
+    async def read_jobs(self, shard: int, consumer: str, **_: Any) -> list[JobNotice]:
         if self.notices:
             return [self.notices.pop()]
         return await super().read_jobs(shard, consumer)
-
-    async def ack_job(self, notice: JobNotice) -> None:
-        self.acked.append(notice)
 
 
 class HeldJobs:
@@ -135,7 +144,7 @@ class HeldJobs:
         self.started = asyncio.Event()
         self.done = asyncio.Event()
 
-    async def run_notice(self, notice: JobNotice) -> str:
+    async def run_notice(self, notice: JobNotice) -> Outcome:
         self.started.set()
         await self.done.wait()
         return "written"
@@ -143,11 +152,13 @@ class HeldJobs:
 
 async def test_a_stopping_worker_lets_its_running_job_finish_and_acknowledges_it() -> None:
     store, jobs = OneNotice(), HeldJobs()
-    worker = Worker(store, jobs, block_ms=5000)  # type: ignore[arg-type]
+    worker = Worker(store, jobs, block_ms=5000)
     stop = asyncio.Event()
     running = asyncio.ensure_future(worker.run(stop))
     await asyncio.wait_for(jobs.started.wait(), 2)
     stop.set()
+    # A window in which nothing may happen: without a grace the worker would cancel the
+    # job and end within a loop turn or two.
     await asyncio.sleep(0.05)
     assert not running.done()  # the job has its grace
     jobs.done.set()
@@ -160,7 +171,7 @@ async def test_a_job_still_running_after_the_grace_is_cancelled_unacknowledged(
 ) -> None:
     monkeypatch.setattr("gateway.service.worker.STOP_GRACE_S", 0.1)
     store, jobs = OneNotice(), HeldJobs()
-    worker = Worker(store, jobs, block_ms=5000)  # type: ignore[arg-type]
+    worker = Worker(store, jobs, block_ms=5000)
     stop = asyncio.Event()
     running = asyncio.ensure_future(worker.run(stop))
     await asyncio.wait_for(jobs.started.wait(), 2)
@@ -176,7 +187,7 @@ class FailingJobs:
         self.runs = 0
         self.ran_after = asyncio.Event()
 
-    async def run_notice(self, notice: JobNotice) -> str:
+    async def run_notice(self, notice: JobNotice) -> Outcome:
         self.runs += 1
         if self.runs == 1:
             raise AssertionError("a bug in a job's handler")
@@ -194,7 +205,7 @@ async def test_a_job_that_fails_is_acknowledged_and_the_worker_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     store, jobs = TwoNotices(), FailingJobs()
-    worker = Worker(store, jobs, block_ms=5000, concurrency=1)  # type: ignore[arg-type]
+    worker = Worker(store, jobs, block_ms=5000, concurrency=1)
     stop = asyncio.Event()
     running = asyncio.ensure_future(worker.run(stop))
     await asyncio.wait_for(jobs.ran_after.wait(), 2)  # the worker outlived the failure

@@ -139,9 +139,7 @@ def run(
     """One job as the worker runs it: it loads the messages ``needed_range`` names."""
     start, end = needed_range(job, tiers)
     loaded = [m for m in messages if start <= m.index <= end]
-    return asyncio.run(
-        run_job(job, composition, tiers, loaded, fake, now=float(job.trigger))  # type: ignore[arg-type]
-    )
+    return asyncio.run(run_job(job, composition, tiers, loaded, fake, now=float(job.trigger)))
 
 
 def apply(

@@ -32,3 +32,13 @@ def test_without_wordllama_s_files_recall_matches_words(
     monkeypatch.setattr(wordllama, "package_dir", lambda: None)
     assert StaticEmbedder.load() is None
     assert "wordllama is not installed" in caplog.text
+
+
+def test_an_untested_wordllama_version_falls_back_to_words(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The vectors are optional: a wordllama outside the tested range must not stop the
+    # gateway from starting (its version is checked when its files are read).
+    monkeypatch.setattr(wordllama, "VERSION", "0.5.0")
+    assert StaticEmbedder.load() is None
+    assert "tested with wordllama >= 0.3, < 0.5" in caplog.text
