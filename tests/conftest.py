@@ -1,7 +1,7 @@
 """The suite's three layers, by directory, each with its marker:
 
 - ``tests/unit/``: no Redis and no other process; HTTP, where a test needs it, to servers
-  running in the test's own process (``-m unit``: ~1 min);
+  running in the test's own process (``-m unit``: ~40 s, ~30 s in two processes);
 - ``tests/integration/``: a real redis-server and real gateways, served in the test's
   process on real sockets, driven over HTTP by real clients (``-m integration``);
 - ``tests/system/``: the gateway as its users and operators run it, in its own

@@ -40,9 +40,8 @@ class Branch:
         data: dict[str, Any] = codec.loads(raw)
         kept = int(data["from"])
         stored = data.get("messages", [])
-        messages = tuple(
-            Message.from_json(codec.dumps(m), kept + 1 + i) for i, m in enumerate(stored)
-        )
+        # Read only by the memory API's exports (JSON and Markdown): no parse is kept.
+        messages = tuple(Message.from_data(m, kept + 1 + i) for i, m in enumerate(stored))
         kind: BranchKind = "edit" if data.get("kind") == "edit" else "regenerate"
         return cls(kept, float(data.get("at", 0.0)), kind, messages)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway import codec
-from gateway.caching import BoundedMap, memo_when_short
+from gateway.caching import BoundedMap
 from gateway.memory import images as media
 
 # Roles that are part of the conversation record and get an index; system/developer
@@ -122,7 +122,27 @@ class Message:
 
     @classmethod
     def from_json(cls, raw: str | bytes, index: int) -> Message:
-        return _parse(raw, index)
+        """A stored message (``to_json``) at its place in the log. Parsed each time: the
+        store keeps what it parses (``store.parsed_messages``)."""
+        return cls.from_data(codec.loads(raw), index)
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], index: int) -> Message:
+        """A stored message already read as JSON (``to_json``'s fields)."""
+        # Built in one call, not from_openai + replace: every request parses the
+        # session's stored tail (up to memory.reconcile_tail messages), and the copy
+        # doubled the cost.
+        tool_calls = data.get("tool_calls")
+        return cls(
+            data["role"],
+            data.get("content"),
+            tuple(tool_calls) if tool_calls else None,
+            data.get("tool_call_id"),
+            data.get("name"),
+            index,
+            int(data.get("tokens", 0)),
+            data.get("ts", 0.0),
+        )
 
     def but(
         self, *, index: int | None = None, tokens: int | None = None, ts: float | None = None
@@ -151,30 +171,6 @@ class Message:
         if self.tool_call_id != other.tool_call_id:
             return False
         return _tool_call_ids(self) == _tool_call_ids(other)
-
-
-# Consecutive turns of a session read the same stored tail again, less one or two
-# messages. A stored message never changes, so its parse is remembered by its bytes and
-# place: a content-addressed cache, which cannot be stale whoever wrote since (another
-# replica, an erasure: erased bytes are simply never read again). Nothing mutates a
-# Message's content. Bounded in entries and in the size of what it keeps. Kept for the
-# process, not per app: the store parses with it, and its entries are the same for all.
-@memo_when_short(limit=4096, maxsize=8192)
-def _parse(raw: str | bytes, index: int) -> Message:
-    # Built in one call, not from_openai + replace: every request parses the session's
-    # stored tail (up to memory.reconcile_tail messages), and the copy doubled the cost.
-    data = codec.loads(raw)
-    tool_calls = data.get("tool_calls")
-    return Message(
-        data["role"],
-        data.get("content"),
-        tuple(tool_calls) if tool_calls else None,
-        data.get("tool_call_id"),
-        data.get("name"),
-        index,
-        int(data.get("tokens", 0)),
-        data.get("ts", 0.0),
-    )
 
 
 def _tool_call_ids(message: Message) -> tuple[str, ...]:

@@ -2,7 +2,8 @@
 
 Each script's KEYS and ARGV are built in one ``encode`` and its reply read in one
 ``decode``, beside the dataclasses the store's callers see; the positions they rely on
-are documented at the top of each ``.lua`` file. Pure: no IO.
+are documented at the top of each ``.lua`` file. Pure: no IO. A reply's stored messages
+are parsed by the ``parse`` a decode is given: the store's ``ParsedMessages``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin
 from gateway.store.keys import SessionKeys
+from gateway.store.parsed_messages import ParseMessage
 
 Keys = tuple[str, ...]
 
@@ -142,11 +144,15 @@ def fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
 
 
 def aligned_slice(
-    messages: Sequence[bytes], offset: int, vectors: Sequence[bytes], start: int
+    messages: Sequence[bytes],
+    offset: int,
+    vectors: Sequence[bytes],
+    start: int,
+    parse: ParseMessage,
 ) -> tuple[tuple[Message, ...], tuple[bytes | None, ...]]:
     """A script's slice of the log (``slice.lua``): the messages from position ``start``,
     and their vectors aligned with them."""
-    parsed = tuple(Message.from_json(raw, start + 1 + i) for i, raw in enumerate(messages))
+    parsed = tuple(parse(raw, start + 1 + i) for i, raw in enumerate(messages))
     aligned: list[bytes | None] = [None] * max(0, -offset)
     aligned += [bytes(v) if v else None for v in vectors]
     aligned += [None] * (len(parsed) - len(aligned))
@@ -183,10 +189,10 @@ class LoadReply:
     pending: int
 
     @classmethod
-    def decode(cls, reply: Sequence[Any]) -> LoadReply:
+    def decode(cls, reply: Sequence[Any], parse: ParseMessage) -> LoadReply:
         meta, count, start, warm, raw, offset, raw_vectors, tiers, pins, pending = reply
         found = fields(meta)
-        messages, vectors = aligned_slice(raw, int(offset), raw_vectors, int(start))
+        messages, vectors = aligned_slice(raw, int(offset), raw_vectors, int(start), parse)
         generation = found.get(b"gen", b"").decode()
         log = LogSlice(generation, int(count), int(start), bool(warm), messages, vectors)
         return cls(found, log, tiers, pins, int(pending))
@@ -207,10 +213,10 @@ class ArchivePage:
         return (keys.meta, keys.log, keys.vec), [self.start, self.stop, 1 if self.vectors else 0]
 
     def decode(
-        self, reply: Sequence[Any]
+        self, reply: Sequence[Any], parse: ParseMessage
     ) -> tuple[str, int, tuple[Message, ...], tuple[bytes | None, ...]]:
         """The log's generation and length as read with the page, its messages and their
         vectors."""
         generation, count, raw, offset, raw_vectors = reply
-        messages, vectors = aligned_slice(raw, int(offset), raw_vectors, self.start)
+        messages, vectors = aligned_slice(raw, int(offset), raw_vectors, self.start, parse)
         return bytes(generation).decode(), int(count), messages, vectors

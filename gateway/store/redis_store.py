@@ -12,7 +12,8 @@
 Under them, ``calls`` (private to the store): the clients, the links every call goes
 through (``link``: the request path's, and the background's, other connections), the
 deadline (``StoreUnavailable``) and the scripts; ``codecs``: the
-scripts' typed arguments and replies; ``keys``: every key. Callers above the store
+scripts' typed arguments and replies; ``keys``: every key; ``tiers_cache`` and
+``parsed_messages``: the parses the store keeps. Callers above the store
 depend on the parts' Protocols (``gateway.service.ports``) and import its types from here.
 """
 
@@ -28,6 +29,7 @@ from gateway.store.gateway_keys import GatewayKeys
 from gateway.store.inspector_logins import InspectorLogins
 from gateway.store.limits import LimitCounters
 from gateway.store.link import RedisLink
+from gateway.store.parsed_messages import ParsedMessages
 from gateway.store.queue import STREAM_MAXLEN, JobNotice, JobQueue
 from gateway.store.redis_server import RedisServer
 from gateway.store.sessions import Loaded, Sessions, TailMoved
@@ -81,13 +83,16 @@ class RedisStore:
             background=background,
             background_link=background_link,
         )
-        self._compose(calls, TiersCache())
+        self._compose(calls, TiersCache(), ParsedMessages())
 
-    def _compose(self, calls: StoreCalls, tiers: TiersCache) -> None:
+    def _compose(self, calls: StoreCalls, tiers: TiersCache, parsed: ParsedMessages) -> None:
+        # The parses it keeps (tiers documents, stored messages) are this store's: each
+        # app, and each test, starts with none.
         self._calls = calls
         self._tiers = tiers
+        self._parsed = parsed
         self.users = Users(calls)
-        self.sessions = Sessions(calls, self.users, tiers)
+        self.sessions = Sessions(calls, self.users, tiers, parsed)
         self.queue = JobQueue(calls)
         self.server = RedisServer(calls)
         self.limits = LimitCounters(calls)
@@ -96,11 +101,12 @@ class RedisStore:
         self.catalog = Catalog(calls)
 
     def with_deadline(self, timeout_s: float) -> RedisStore:
-        """This store (its parsed tiers, and what it closes) over the background's client
-        and link, with ``timeout_s`` as its calls' deadline: the worker's and the memory
-        API's, seconds where a turn's is 100 ms. Every view shares that one link."""
+        """This store (its parsed tiers and messages, and what it closes) over the
+        background's client and link, with ``timeout_s`` as its calls' deadline: the
+        worker's and the memory API's, seconds where a turn's is 100 ms. Every view shares
+        that one link."""
         other = RedisStore.__new__(RedisStore)
-        other._compose(self._calls.with_deadline(timeout_s), self._tiers)
+        other._compose(self._calls.with_deadline(timeout_s), self._tiers, self._parsed)
         return other
 
     @property

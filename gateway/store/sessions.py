@@ -34,6 +34,7 @@ from gateway.store.codecs import (
 )
 from gateway.store.keys import SessionKeys, UserKeys, usage_key
 from gateway.store.link import Command
+from gateway.store.parsed_messages import ParsedMessages
 from gateway.store.queue import announce
 from gateway.store.tiers_cache import TiersCache
 from gateway.store.users import Joining, Users, add_user_session, ask_idle, idle_of
@@ -61,12 +62,16 @@ class Loaded:
 class Sessions:
     """Sessions: the request path's load and record, and what the worker and the memory
     API read and write of a session. A session's erasure and a record's index write
-    reach into its user's keys (``users``)."""
+    reach into its user's keys (``users``). Stored messages and tiers documents are
+    parsed through the store's caches of them (``parsed``, ``tiers``)."""
 
-    def __init__(self, calls: StoreCalls, users: Users, tiers: TiersCache) -> None:
+    def __init__(
+        self, calls: StoreCalls, users: Users, tiers: TiersCache, parsed: ParsedMessages
+    ) -> None:
         self._calls = calls
         self._users = users
         self._tiers = tiers
+        self._parse = parsed.parse
 
     # --- the request path ---
 
@@ -108,7 +113,7 @@ class Sessions:
             commands.append(("GET", usage_key(keys.tenant)))
 
         replies = await self._calls.execute(commands, op="load_turn")
-        own = LoadReply.decode(replies[0])
+        own = LoadReply.decode(replies[0], self._parse)
         used = int(replies[at["usage"]] or 0) if usage else None
         profile, history = replies[at["user"] : at["peers"]] if user is not None else (None, [])
         fields = own.fields
@@ -128,7 +133,7 @@ class Sessions:
             history=tuple(codec.loads(h) for h in history),
         )
         peer_logs = {
-            peer: LoadReply.decode(reply).log
+            peer: LoadReply.decode(reply, self._parse).log
             for (peer, _), reply in zip(peers, replies[at["peers"] : at["usage"]], strict=True)
         }
         return Loaded(state, own.log, peer_logs, used)
@@ -147,14 +152,14 @@ class Sessions:
         (reply,) = await self._calls.execute(
             [self._calls.script("archive_page", names, argv)], op="archive_page"
         )
-        return page.decode(reply)
+        return page.decode(reply, self._parse)
 
     async def messages_at(self, keys: SessionKeys, indexes: Sequence[int]) -> list[Message]:
         """Messages by index (recall hits), in the order asked; one round trip."""
 
         commands = [("LINDEX", keys.log, index - 1) for index in indexes]
         raw = await self._calls.execute(commands, op="messages_at") if indexes else []
-        return [Message.from_json(r, i) for i, r in zip(indexes, raw, strict=True) if r]
+        return [self._parse(r, i) for i, r in zip(indexes, raw, strict=True) if r]
 
     async def save_vectors(self, keys: SessionKeys, vectors: dict[int, bytes]) -> bool:
         """Store message vectors; False (nothing written) if the session no longer exists."""
@@ -294,13 +299,13 @@ class Sessions:
             [("LLEN", keys.log), ("LRANGE", keys.log, -n, -1)], op="tail"
         )
         first = count - len(raw) + 1
-        return int(count), [Message.from_json(r, first + i) for i, r in enumerate(raw)]
+        return int(count), [self._parse(r, first + i) for i, r in enumerate(raw)]
 
     async def messages(self, keys: SessionKeys, start: int, end: int) -> list[Message]:
         """Messages ``start``..``end`` (1-based, inclusive); ``end`` -1 means the last."""
         stop = end - 1 if end > 0 else -1
         (raw,) = await self._calls.execute([("LRANGE", keys.log, start - 1, stop)], op="messages")
-        return [Message.from_json(item, start + i) for i, item in enumerate(raw)]
+        return [self._parse(item, start + i) for i, item in enumerate(raw)]
 
     async def branches(self, keys: SessionKeys) -> list[Branch]:
         """The session's abandoned branches, oldest first (see ``memory.branches``)."""

@@ -7,7 +7,7 @@ was most of what still grew with a session's length. The load still brings the b
 document is the data: a cache is never trusted in its place); what is kept is their
 parse, reused only when the bytes are equal to those it was made from.
 
-The same content-addressed idea as a stored message's parse (``model._parse``),
+The same content-addressed idea as a stored message's parse (``parsed_messages``),
 but not keyed by the bytes: a document is tens of KB, which a lookup would hash at every
 request (a comparison with the one kept is cheaper), and only a session's newest version
 is worth keeping, not each version until it ages out.

@@ -14,6 +14,7 @@ from devsupport.servers import RedisProcess
 from gateway.store.calls import StoreCalls, StoreUnavailable, create_client
 from gateway.store.keys import SessionKeys
 from gateway.store.link import RedisLink
+from gateway.store.parsed_messages import ParsedMessages
 from gateway.store.sessions import Sessions
 from gateway.store.tiers_cache import TiersCache
 from gateway.store.users import Users
@@ -39,7 +40,7 @@ def link(calls: StoreCalls) -> RedisLink:
 
 @pytest.fixture
 def sessions(calls: StoreCalls) -> Sessions:
-    return Sessions(calls, Users(calls), TiersCache())
+    return Sessions(calls, Users(calls), TiersCache(), ParsedMessages())
 
 
 @pytest.fixture

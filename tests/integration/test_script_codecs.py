@@ -88,7 +88,9 @@ def test_a_record_lands_where_predicted_and_load_reads_it_back(
     assert json.loads(client.hget(keys.jobs, FOLD.id)) == FOLD.to_data()
     assert json.loads(client.hget(keys.pins, PIN.id)) == PIN.to_data()
 
-    loaded = LoadReply.decode(run(client, "load", LoadArgs(keys, 10, vectors=True).encode()))
+    loaded = LoadReply.decode(
+        run(client, "load", LoadArgs(keys, 10, vectors=True).encode()), Message.from_json
+    )
     assert loaded.fields[b"user_id"] == b"user-1"
     assert [m.text for m in loaded.log.messages] == ["Where did I leave it?", "By the door."]
     assert [m.index for m in loaded.log.messages] == [1, 2]
@@ -134,7 +136,9 @@ def test_a_truncation_keeps_the_branch_and_a_warm_load_reads_from_what_was_kept(
     assert json.loads(branch)["from"] == 1
 
     held = Known(first.generation, 2)  # a process that read the log before the regenerate
-    warm = LoadReply.decode(run(client, "load", LoadArgs(keys, 10, held, most=50).encode()))
+    warm = LoadReply.decode(
+        run(client, "load", LoadArgs(keys, 10, held, most=50).encode()), Message.from_json
+    )
     assert (warm.log.start, warm.log.warm) == (1, True)
     assert [m.text for m in warm.log.messages] == ["second answer"]
 
@@ -146,7 +150,9 @@ def test_an_archive_page_reads_positions_with_their_vectors(client: Any, keys: S
     later = append(keys, texts[2:], vectors=[b"v3", b"v4", b"v5", b"v6"])
     run(client, "record", later.encode())
     page = ArchivePage(keys, 1, 3, vectors=True)
-    generation, count, messages, vectors = page.decode(run(client, "archive_page", page.encode()))
+    generation, count, messages, vectors = page.decode(
+        run(client, "archive_page", page.encode()), Message.from_json
+    )
     assert (generation, count) == (first.generation, 6)  # an append keeps the generation
     assert [m.text for m in messages] == ["message 2", "message 3", "message 4"]
     assert vectors == (None, b"v3", b"v4")

@@ -1,4 +1,4 @@
-"""Stored messages: parsing, and the parse remembered by content."""
+"""Stored messages: their stored form and its parse."""
 
 from __future__ import annotations
 
@@ -23,19 +23,18 @@ def test_a_stored_message_parses_back_with_its_place() -> None:
     assert Message.from_json(raw, 8).index == 8
 
 
-def test_the_same_bytes_at_the_same_place_parse_once() -> None:
+def test_a_parse_is_not_kept_by_the_message_itself() -> None:
+    # What is kept is the store's (tests/unit/store/test_parsed_messages.py): nothing
+    # process-wide remembers a parse.
     raw = Message("user", "remember me", tokens=4).to_json()
-    assert Message.from_json(raw, 1) is Message.from_json(bytes(raw), 1)
-    assert Message.from_json(raw, 2) is not Message.from_json(raw, 1)
-    # Other bytes are another message, however close.
-    other = Message("user", "remember me!", tokens=4).to_json()
-    assert Message.from_json(other, 1).content == "remember me!"
-
-
-def test_a_large_message_is_parsed_every_time_not_kept() -> None:
-    raw = Message("user", "x" * 10_000).to_json()
     first, second = Message.from_json(raw, 1), Message.from_json(raw, 1)
     assert first == second and first is not second
+
+
+def test_a_stored_message_read_as_json_is_the_same_message() -> None:
+    message = Message("tool", "42", None, "call-1", "calc", 0, 2, 3.0)
+    assert Message.from_data(json.loads(message.to_json()), 5) == message.but(index=5)
+    assert Message.from_data({"role": "user"}, 1) == Message("user", index=1)
 
 
 def test_a_copy_changes_only_the_bookkeeping_asked_for() -> None:

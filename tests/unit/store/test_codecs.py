@@ -132,7 +132,7 @@ def test_load_reply_aligns_vectors_with_the_logs_end() -> None:
         [b'{"id": "p1"}'],
         2,
     ]
-    loaded = LoadReply.decode(reply)
+    loaded = LoadReply.decode(reply, Message.from_json)
     assert loaded.fields[b"user_id"] == b"u1"
     assert loaded.log.generation == "g7"
     assert (loaded.log.count, loaded.log.start, loaded.log.warm) == (8, 3, True)
@@ -143,7 +143,7 @@ def test_load_reply_aligns_vectors_with_the_logs_end() -> None:
 
 
 def test_load_reply_of_a_session_that_does_not_exist() -> None:
-    loaded = LoadReply.decode([[], 0, 0, 0, [], 0, [], None, [], 0])
+    loaded = LoadReply.decode([[], 0, 0, 0, [], 0, [], None, [], 0], Message.from_json)
     assert loaded.fields == {} and loaded.log.messages == () and loaded.tiers is None
     assert loaded.log.generation == ""
 
@@ -154,7 +154,7 @@ def test_archive_page_round_trip() -> None:
     assert keys == (KEYS.meta, KEYS.log, KEYS.vec)
     assert argv == [10, 12, 1]
     generation, count, messages, vectors = page.decode(
-        [b"g2", 40, [message(i) for i in (11, 12, 13)], 1, [b"v11", b"", b"v13"]]
+        [b"g2", 40, [message(i) for i in (11, 12, 13)], 1, [b"v11", b"", b"v13"]], Message.from_json
     )
     assert (generation, count) == ("g2", 40)
     assert [m.index for m in messages] == [11, 12, 13]
