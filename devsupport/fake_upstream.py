@@ -234,12 +234,14 @@ class FakeUpstream:
         return [r for r in self.requests if r.path == "/v1/chat/completions"]
 
     def proxied_requests(self) -> list[SeenRequest]:
-        """The chat requests a gateway forwarded for its clients: not its summarizer's.
+        """The requests a gateway forwarded for its clients, on any path: not its
+        summarizer's chat calls.
 
         A gateway's worker takes any pending job in its Redis, another test's too, so a
-        test that counts what was forwarded for it counts these.
+        test that counts what was forwarded for it (or checks that nothing was) counts
+        these.
         """
-        return [r for r in self.chat_requests() if _summarizer_kind(r.json()["messages"]) is None]
+        return [r for r in self.requests if not _is_summarizers(r)]
 
     def last_messages(self) -> list[dict[str, Any]]:
         """The messages of the latest chat request that is not a summarizer's.
@@ -690,6 +692,18 @@ def _sectioned(previous: str, new: list[str], max_items: int) -> str:
         f"## {section}" + "".join(f"\n- {item}" for item in items[section][-max_items:])
         for section in SECTIONS
     )
+
+
+def _is_summarizers(request: SeenRequest) -> bool:
+    """A chat call of a gateway's summarizer (its prompt opens with the kind's marker)."""
+    if request.path != "/v1/chat/completions":
+        return False
+    try:
+        body = request.json()
+    except ValueError:  # a body the test sent malformed on purpose: a client's
+        return False
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return isinstance(messages, list) and _summarizer_kind(messages) is not None
 
 
 def _summarizer_kind(messages: list[dict[str, Any]]) -> str | None:

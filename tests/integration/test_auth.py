@@ -51,7 +51,7 @@ def test_a_missing_or_placeholder_key_is_refused_everywhere(
     envelope(httpx.get(gateway.url + "/v1/models", headers=headers), 401, "missing_api_key")
     memory = httpx.get(gateway.url + "/memory/sessions", headers=headers)
     envelope(memory, 401, "missing_api_key")
-    assert fake_upstream.requests == []  # nothing reached the upstream
+    assert fake_upstream.proxied_requests() == []  # nothing reached the upstream
 
 
 def test_anonymous_clients_are_served_only_when_the_operator_says_so(
@@ -251,7 +251,7 @@ def test_a_path_that_could_leave_the_prefix_is_refused_before_the_upstream(
     with httpx.Client() as client:
         response = client.send(request)
     envelope(response, 400, "invalid_path")
-    assert fake_upstream.requests == []
+    assert fake_upstream.proxied_requests() == []
 
 
 def test_only_the_allowlisted_paths_pass_and_gateway_headers_stay_behind(
@@ -338,7 +338,7 @@ def test_gateway_keys_reach_only_the_stateless_endpoints_of_the_operator_account
     for method, path in [("GET", "/v1/files"), ("GET", "/v1/chat/completions"),
                          ("GET", "/v1/batches"), ("POST", "/v1/fine_tuning/jobs")]:  # fmt: skip
         envelope(httpx.request(method, gateway.url + path, headers=key), 405, "path_not_allowed")
-    assert fake_upstream.requests == []
+    assert fake_upstream.proxied_requests() == []
     models = httpx.get(gateway.url + "/v1/models", headers=key)
     assert models.status_code == 200
     seen = fake_upstream.requests[-1].headers
@@ -373,7 +373,7 @@ def test_credentials_of_another_scheme_than_bearer_are_refused_everywhere(
     memory = httpx.get(gateway.url + "/memory/sessions", headers=headers)
     envelope(memory, 401, "invalid_api_key")
     assert memory.json()["error"]["type"] == "invalid_request_error"
-    assert fake_upstream.requests == []  # nothing reached the upstream
+    assert fake_upstream.proxied_requests() == []  # nothing reached the upstream
 
 
 def test_a_key_the_upstream_refuses_in_a_chat_loses_the_memory_api_at_once(

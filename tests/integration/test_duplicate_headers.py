@@ -44,7 +44,7 @@ def test_a_gateway_header_sent_twice_is_refused_by_the_chat_route(
     headers += [(header, value) for value in values]
     response = httpx.post(gateway.url + "/v1/chat/completions", json=CHAT, headers=headers)
     refused_for(response, header)
-    assert fake_upstream.requests == []  # refused before anything went upstream
+    assert fake_upstream.proxied_requests() == []  # refused before anything went upstream
 
 
 IMPORT = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from gateway.store.parsed_messages import ParsedMessages
 from gateway.store.sessions import Sessions
 from gateway.store.tiers_cache import TiersCache
 from gateway.store.users import Users
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -117,7 +119,8 @@ async def test_a_cancellation_from_elsewhere_is_not_turned_into_a_timeout(
     await link.execute([("PING",)], deadline=1, op="test")
     pause(500)
     task = asyncio.create_task(link.execute([("PING",)], deadline=5, op="test"))
-    await asyncio.sleep(0.02)
+    connections: Any = link._connections  # (its links' queues: calls waiting on a reply)
+    await until(lambda: any(c.queue for c in connections._links), 2, "the call under way")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
