@@ -135,7 +135,7 @@ def test_a_gateway_key_names_its_tenant_and_the_upstream_gets_the_operator_key(
 ) -> None:
     gateway = keyed()
     say(sdk(gateway, "gw-key-any-user-0123456", session_id), "my locker code is 8841")
-    assert fake_upstream.chat_requests()[-1].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+    assert fake_upstream.proxied_requests()[-1].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
     # The same tenant, through another of its keys; another tenant's key sees nothing.
     same = Memory(gateway, "gw-key-another-01234567", session_id)
     assert same.state()["message_count"] == 2

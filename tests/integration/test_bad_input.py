@@ -271,7 +271,7 @@ def test_non_ascii_headers_are_forwarded_upstream_as_sent(
     """These were a 500: httpx encodes str header values as ASCII."""
     reply = raw_request(gateway, session, extra=extra)
     assert reply.split(b"\r\n", 1)[0].endswith(b" 200 OK"), reply[:300]
-    seen = fake_upstream.chat_requests()[-1].headers
+    seen = fake_upstream.proxied_requests()[-1].headers
     assert "naïve".encode().decode("latin-1") in seen.values()
     assert "x-session-id" not in seen and "x-memory-mode" not in seen
 

@@ -387,7 +387,7 @@ def test_no_session_header_is_a_pure_passthrough(
     )
     assert response.status_code == 200
     assert response.headers["x-memory-status"] == "off"
-    assert fake_upstream.chat_requests()[-1].body == raw  # byte for byte
+    assert fake_upstream.proxied_requests()[-1].body == raw  # byte for byte
 
 
 def test_require_session_rejects_requests_without_it(
@@ -407,7 +407,7 @@ def test_gateway_headers_are_not_forwarded_but_the_key_is(
     gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
 ) -> None:
     say(sdk(gateway, api_key, session_id, **{"X-User-Id": "u1"}), "hi")
-    seen = fake_upstream.chat_requests()[-1].headers
+    seen = fake_upstream.proxied_requests()[-1].headers
     assert "x-session-id" not in seen and "x-user-id" not in seen
     assert seen["authorization"] == f"Bearer {api_key}"
 
@@ -421,7 +421,7 @@ def test_configured_upstream_key_replaces_the_client_key(
     )
     say(sdk(gateway, api_key, session_id), "hi")
     assert (
-        fake_upstream.chat_requests()[-1].headers["authorization"]
+        fake_upstream.proxied_requests()[-1].headers["authorization"]
         == "Bearer sk-upstream-configured"
     )
 

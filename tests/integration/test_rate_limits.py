@@ -236,7 +236,7 @@ def test_over_the_limit_a_429_with_retry_after_and_another_tenant_is_served(
     assert refused.headers["x-ratelimit-limit-requests"] == "3"
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     assert refused.headers["x-gateway-request-id"]  # counted and logged as any request
-    assert len(fake_upstream.chat_requests()) == 3  # the refused one never went upstream
+    assert len(fake_upstream.proxied_requests()) == 3  # the refused one never went upstream
     # The passthrough and the memory API count too.
     models = httpx.get(
         gateway.url + "/v1/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=10

@@ -39,7 +39,7 @@ def test_a_history_past_the_bound_is_a_413_until_imported(
         assert (error["param"], error["code"]) == ("messages", "payload_too_large")
         assert "memory.max_record_bytes" in error["message"]
         assert "POST /memory/sessions/{session_id}/messages" in error["message"]  # the import
-        assert fake_upstream.chat_requests() == []  # nothing was forwarded
+        assert fake_upstream.proxied_requests() == []  # nothing was forwarded
         assert http.get(f"/memory/sessions/{session_id}").status_code == 404  # nor stored
 
         imported = http.post(f"/memory/sessions/{session_id}/messages", json={"messages": old})
