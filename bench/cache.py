@@ -79,6 +79,7 @@ from bench._harness import table  # noqa: E402
 from devsupport.fake_upstream import ChatCall, FakeUpstream  # noqa: E402
 from devsupport.gateways import build_settings, start_gateway  # noqa: E402
 from devsupport.servers import RedisProcess, ServerThread, redis_server_binary  # noqa: E402
+from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY  # noqa: E402
 from gateway.memory.model import content_text  # noqa: E402
 from gateway.memory.prompt_cache import (  # noqa: E402
     billed_equivalent,
@@ -307,7 +308,7 @@ def run_sliding_window(replays: Sequence[Replay], renderer: Renderer, budget: in
         costs = [_message_tokens(m, renderer) for m in history]
         for number, turn in enumerate(replay.turns):
             ask = request(turn)
-            total = 3 + sum(_message_tokens(m, renderer) for m in ask)
+            total = TOKENS_PER_REPLY + sum(_message_tokens(m, renderer) for m in ask)
             start = len(history)
             while start > 0 and total + costs[start - 1] <= budget:
                 start, total = start - 1, total + costs[start - 1]
@@ -320,7 +321,7 @@ def run_sliding_window(replays: Sequence[Replay], renderer: Renderer, budget: in
 
 
 def _message_tokens(message: dict[str, str], renderer: Renderer) -> int:
-    return 3 + len(renderer.tokens(message["content"]))
+    return TOKENS_PER_MESSAGE + len(renderer.tokens(message["content"]))
 
 
 # --- The gateway -----------------------------------------------------------------------

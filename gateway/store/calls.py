@@ -12,8 +12,9 @@ in ``scripts/``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
@@ -152,6 +153,20 @@ class _Channels:
 _UNAVAILABLE = (TimeoutError, RedisError, RedisClusterException, OSError)
 
 
+@contextlib.contextmanager
+def _redis_call(op: str | None) -> Iterator[None]:
+    """A call to Redis: its failure raised as ``StoreUnavailable``; with ``op``, its time
+    observed in the metrics under that name."""
+    started = time.perf_counter()
+    try:
+        yield
+    except _UNAVAILABLE as error:
+        raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
+    finally:
+        if op is not None:
+            metrics.redis_op(op, started)
+
+
 class StoreCalls:
     """The client, the link, the deadline and the scripts every part of the store
     (``redis_store``) makes its calls through.
@@ -254,13 +269,8 @@ class StoreCalls:
         return replies
 
     async def _round_trip(self, commands: Sequence[Command], op: str, deadline: float) -> list[Any]:
-        started = time.perf_counter()
-        try:
+        with _redis_call(op):
             return await self.link.execute(commands, deadline=deadline, op=op)
-        except _UNAVAILABLE as error:
-            raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
-        finally:
-            metrics.redis_op(op, started)
 
     def _calls_ours(self, commands: Sequence[Command]) -> bool:
         shas = self._shas.values()
@@ -276,37 +286,25 @@ class StoreCalls:
         """A call through redis-py's client (off the request path: the worker's blocking
         stream reads, CONFIG and INFO at start-up) under ``asyncio.timeout``; its failure
         is ``StoreUnavailable``. ``op`` names the operation in the metrics."""
-        started = time.perf_counter()
-        try:
+        with _redis_call(op):
             async with asyncio.timeout(timeout_s or self.timeout_s):
                 return await call()
-        except _UNAVAILABLE as error:
-            raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
-        finally:
-            metrics.redis_op(op, started)
 
     async def warm(self, timeout_s: float | None = None) -> None:
         """Start-up: the scripts loaded and the link's connections open, so that a burst
         of first requests pays for neither inside its deadline."""
         await self._load_scripts(timeout_s)
-        try:
+        with _redis_call(None):
             await self.link.warm(deadline=timeout_s or self.timeout_s)
-        except _UNAVAILABLE as error:
-            raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
 
     async def _load_scripts(self, timeout_s: float | None = None) -> None:
         """Into an emptied script cache (a restart, SCRIPT FLUSH, a replica promoted in a
         cluster: scripts are not replicated), one round trip to each server."""
         commands = [("SCRIPT", "LOAD", scripts.source(name)) for name in SCRIPTS]
-        started = time.perf_counter()
-        try:
+        with _redis_call("load_scripts"):
             await self.link.per_server(
                 commands, deadline=timeout_s or self.timeout_s, op="load_scripts"
             )
-        except _UNAVAILABLE as error:
-            raise StoreUnavailable(f"redis: {type(error).__name__}: {error}") from error
-        finally:
-            metrics.redis_op("load_scripts", started)
 
     async def close(self) -> None:
         """Both channels' clients and links (shared by every view), closed once."""

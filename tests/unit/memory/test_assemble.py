@@ -27,6 +27,7 @@ from gateway.presets import (
     WindowTier,
 )
 from gateway.text.tokens import TokenCounter
+from tests.support.encoding import encoded_texts
 
 
 def count(text: str) -> int:
@@ -651,21 +652,13 @@ def test_a_memory_block_is_tokenized_once_not_at_every_request(
     pieces the block's exact count looks up. The next request with the same tiers
     (parsed again: equal texts, new strings) encodes nothing at all. (The counter has
     made another session's block before: the headers every block has are counted.)"""
-    import tiktoken
 
     summaries = tuple(
         Summary(i * 10 + 1, i * 10 + 10, f"Part {i}: the user planned stage {i}.") for i in range(3)
     )
     tiers = Tiers(version=2, summaries=summaries, facts=(Fact("The user's code is 4417", 3),))
     pins = [Pin("p", "Seat 14C", 0.95)]
-    encoded: list[str] = []
-    original = tiktoken.Encoding.encode
-
-    def counting(self: tiktoken.Encoding, text: str, **kwargs: Any) -> list[int]:
-        encoded.append(text)
-        return original(self, text, **kwargs)
-
-    monkeypatch.setattr(tiktoken.Encoding, "encode", counting)
+    encoded = encoded_texts(monkeypatch)
     counter = TokenCounter()
     other = Tiers(version=1, summaries=(Summary(1, 10, "Another session's summary."),))
     run(turn(conv(40)), HYBRID, tiers=other, pins=[Pin("q", "Another pin", 0.9)], budget=5000,

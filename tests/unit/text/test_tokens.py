@@ -23,6 +23,7 @@ from gateway.text.tokens import (
     TokenCounter,
     encoding_for_model,
 )
+from tests.support.encoding import encoded_texts
 
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 
@@ -191,14 +192,7 @@ def test_long_texts_count_as_they_did(  # (counted from a buffer past _BUFFER_CH
 
 def test_each_counter_remembers_its_own_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A text is encoded once per counter (one per app): a new counter starts empty."""
-    encoded: list[str] = []
-    original = tiktoken.Encoding.encode
-
-    def counting(self: tiktoken.Encoding, text: str, **kwargs: Any) -> list[int]:
-        encoded.append(text)
-        return original(self, text, **kwargs)
-
-    monkeypatch.setattr(tiktoken.Encoding, "encode", counting)
+    encoded = encoded_texts(monkeypatch)
     counter = TokenCounter()
     assert counter.count_text("a summary\nof two lines") == counter.count_text(
         "a summary\nof two lines"
