@@ -370,7 +370,7 @@ class ShiftedClock:
 
 @contextlib.contextmanager
 def gateway_stack(
-    preset: str, budget: int, clock: ShiftedClock, summarizer: bool = True
+    preset: str, budget: int, clock: ShiftedClock, summarizer: bool = True, stable: bool = False
 ) -> Iterator[tuple[ScriptedUpstream, ServerThread]]:
     """A real redis-server, the scripted upstream and a gateway in front of them."""
     fake = ScriptedUpstream(summarizer=summarizer)
@@ -380,7 +380,7 @@ def gateway_stack(
             settings = build_settings(
                 upstream.url + "/v1",
                 redis_server.url,
-                memory={"preset": preset, "budget_tokens": budget},
+                memory={"preset": preset, "budget_tokens": budget, "stable_layout": stable},
                 # Only the flushes run jobs, after each turn, in order: runs repeat exactly.
                 worker={"in_process": False},
             )
@@ -394,14 +394,22 @@ def gateway_stack(
 
 
 def run_gateway(
-    replays: Sequence[Replay], renderer: Renderer, preset: str, budget: int, summarizer: str
+    replays: Sequence[Replay],
+    renderer: Renderer,
+    preset: str,
+    budget: int,
+    summarizer: str,
+    layout: str = "rebuilt",
 ) -> Row:
-    """Import, then replay every conversation through a gateway with this budget."""
+    """Import, then replay every conversation through a gateway with this budget, in this
+    layout (``rebuilt``: one memory message after the prompt, made again every turn;
+    ``stable``: ``memory.stable_layout``)."""
     started = time.monotonic()
-    row = Row(f"{GATEWAY} ({preset})", budget)
+    row = Row(f"{GATEWAY} ({preset}, {layout})", budget)
     meter = Meter(renderer, row)
     clock = ShiftedClock()
-    with gateway_stack(preset, budget, clock, summarizer == "fake") as (fake, gateway):
+    stable = layout == "stable"
+    with gateway_stack(preset, budget, clock, summarizer == "fake", stable) as (fake, gateway):
         auth = {"authorization": f"Bearer {API_KEY}"}
         with httpx.Client(base_url=gateway.url, headers=auth, timeout=120) as client:
             for replay in replays:
@@ -520,6 +528,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="fake: the fake upstream's deterministic summaries and facts; none: 503 "
         "(the gateway's model-free fallback summaries, as bench/recall.py without a model)",
     )
+    parser.add_argument(
+        "--layouts",
+        default="rebuilt,stable",
+        help="comma-separated: rebuilt (memory rebuilt every turn), stable "
+        "(memory.stable_layout: true); default %(default)s",
+    )
     parser.add_argument("--share", type=float, default=0.6, help="imported before the replay")
     parser.add_argument("--turns", type=int, default=40, help="live turns per conversation")
     parser.add_argument("--every", type=int, default=4, help="a question after every N turns")
@@ -531,8 +545,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     try:
         args.conversations = [int(n) for n in args.conversations.split(",")]
         args.budgets = [int(b) for b in args.budgets.split(",")]
+        args.layouts = args.layouts.split(",")
     except ValueError:
         parser.error("--conversations and --budgets: comma-separated numbers")
+    if not set(args.layouts) <= {"rebuilt", "stable"}:
+        parser.error("--layouts: rebuilt and/or stable")
     if not args.budgets or min(args.budgets) <= 0:
         parser.error("--budgets: positive numbers of tokens")
     if not 0 < args.share < 1 or args.turns < 1 or args.every < 1:
@@ -566,7 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     renderer = Renderer()
     started = time.monotonic()
     gateways = [
-        run_gateway(replays, renderer, args.preset, b, args.summarizer) for b in args.budgets
+        run_gateway(replays, renderer, args.preset, b, args.summarizer, layout)
+        for layout in args.layouts
+        for b in args.budgets
     ]
     rows = [*gateways, run_full_history(replays, renderer)]
     rows += [run_sliding_window(replays, renderer, b) for b in args.budgets]

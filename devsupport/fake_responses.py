@@ -9,6 +9,8 @@ only if the gateway really forwarded the remembered message. Models:
     slow-stream   text deltas 0.3 s apart
     error-500     500 with an OpenAI error body, streamed or not
     fail-stream   the stream ends with response.failed (no response.completed)
+    cached-prompt answers as fake-model; its usage says CACHED_TOKENS of the input came
+                  from the prompt cache (the others say 0)
 """
 
 from __future__ import annotations
@@ -41,10 +43,14 @@ def as_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def _usage() -> dict[str, Any]:
+# What ``cached-prompt`` reports as served from its prompt cache (of 10 input tokens).
+CACHED_TOKENS = 6
+
+
+def _usage(model: Any) -> dict[str, Any]:
     return {
         "input_tokens": 10,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": CACHED_TOKENS if model == "cached-prompt" else 0},
         "output_tokens": 5,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 15,
@@ -72,7 +78,7 @@ def response_object(
         "metadata": {},
         "previous_response_id": body.get("previous_response_id"),
         "store": body.get("store", True),
-        "usage": _usage() if status == "completed" else None,
+        "usage": _usage(body.get("model")) if status == "completed" else None,
     }
 
 

@@ -41,6 +41,9 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
                      context_length_exceeded, the numbers only in the message)
     small-bare       the same window, refused with only older llama.cpp's message ("the
                      request exceeds the available context size", no numbers)
+    cached-prompt    fake-model's answer; its usage (whole, or the stream's usage chunk)
+                     says CACHED_TOKENS of the prompt came from the prompt cache
+                     (``prompt_tokens_details.cached_tokens``; the others say nothing of it)
 
 ``POST /v1/responses`` speaks the Responses API (``fake_responses``), answering the same
 way from its ``instructions`` and ``input``.
@@ -70,6 +73,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from devsupport import fake_responses
+from devsupport.fake_responses import CACHED_TOKENS
 from gateway.memory.summary_rules import SECTIONS
 
 
@@ -424,7 +428,7 @@ class FakeUpstream:
                                 "finish_reason": "tool_calls" if tool_calls else "stop",
                             }
                         ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                        "usage": _usage(model),
                     }
                 )
             )
@@ -488,9 +492,8 @@ class FakeUpstream:
                     await asyncio.sleep(delay)
         yield chunk({}, "tool_calls" if tool_calls else "stop")
         if include_usage:
-            usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
             data = {"id": completion_id, "object": "chat.completion.chunk", "created": 0,
-                    "model": model, "choices": [], "usage": usage}  # fmt: skip
+                    "model": model, "choices": [], "usage": _usage(model)}  # fmt: skip
             yield f"data: {json.dumps(data)}\n\n".encode()
         if model == "slow-done":
             await asyncio.sleep(0.3)
@@ -527,6 +530,13 @@ class FakeUpstream:
 async def _late_in_one_write(parts: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     await asyncio.sleep(0.3)
     yield b"".join([part async for part in parts])
+
+
+def _usage(model: str) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    if model == "cached-prompt":
+        usage["prompt_tokens_details"] = {"cached_tokens": CACHED_TOKENS}
+    return usage
 
 
 _ASK = re.compile(r"what is my ([a-z ]+?)\?", re.I)

@@ -243,6 +243,7 @@ def create_app(
             archives=archives,
             models=settings.models,
             max_request_bytes=settings.upstream.max_request_bytes,
+            prompt_cache=settings.upstream.prompt_cache,
             clock=clock,
         )
 

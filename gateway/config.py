@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.presets import PRESETS, Composition, PresetName
+from gateway.presets import PRESETS, Composition, PresetName, StableLayout
 
 
 class ConfigError(Exception):
@@ -146,6 +146,19 @@ STATELESS_PATHS = (
 )  # fmt: skip
 
 
+class PromptCacheConfig(_Section):
+    """How the upstream caches a repeated prompt prefix (``upstream.prompt_cache``): each
+    turn's receipt says how many of its tokens it could reuse (``stable=N``).
+
+    openai: from ``minimum_tokens`` common tokens, in steps of ``step_tokens`` (OpenAI's
+    automatic caching; Anthropic's and others' with their own numbers); prefix: the whole
+    common prefix (vLLM's automatic prefix caching, llama.cpp's prompt cache); none."""
+
+    policy: Literal["openai", "prefix", "none"] = "openai"
+    minimum_tokens: int = Field(default=1024, gt=0)
+    step_tokens: int = Field(default=128, gt=0)
+
+
 class UpstreamConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     api_key: str | None = None
@@ -173,6 +186,7 @@ class UpstreamConfig(_Section):
     # window would make it larger, the oldest are sent as placeholders until it fits.
     # As large as server.max_body_bytes: whatever a client may send can be forwarded.
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
+    prompt_cache: PromptCacheConfig = PromptCacheConfig()
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamConfig:
@@ -221,6 +235,10 @@ class MemoryConfig(_Section):
     tiers: Composition | None = None
     window_messages: int | None = Field(default=None, gt=0)  # overrides the window's count
     window_tokens: int | None = Field(default=None, gt=0)  # overrides the window's tokens
+    # The cache-stable layout (docs/prompt-caching.md): None keeps the preset's; false
+    # rebuilds the memory message every turn (the layout before it), true gives a preset
+    # without one its defaults.
+    stable_layout: bool | None = None
     # How many stored messages one request loads to reconcile a resent history.
     reconcile_tail: int = Field(default=64, gt=0)
     # The role of the injected memory message. user: a leading user-role message, for an
@@ -250,7 +268,12 @@ class MemoryConfig(_Section):
             window = window.model_copy(update={"messages": self.window_messages})
         if self.window_tokens is not None:
             window = window.model_copy(update={"tokens": self.window_tokens})
-        return base.model_copy(update={"window": window})
+        update: dict[str, object] = {"window": window}
+        if self.stable_layout is False:
+            update["stable"] = None
+        elif self.stable_layout and base.stable is None:
+            update["stable"] = StableLayout()
+        return base.model_copy(update=update)
 
 
 class SummarizerConfig(_Section):

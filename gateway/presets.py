@@ -137,6 +137,32 @@ class PinsTier(_Section):
     auto_pin: bool = True
 
 
+class StableLayout(_Section):
+    """The cache-stable layout (docs/prompt-caching.md): what changes least comes first, so
+    that a provider's prompt cache (or a local server's) reuses most of every turn.
+
+    The client's prompt; the stable memory (pins, profile, and the facts and summaries
+    of what came before the window's anchor), at most ``memory_share`` of the budget;
+    the verbatim window from its anchor on, appended to turn after turn, at most
+    ``window_share`` of the budget (the anchor moves forward by whole ``step``s of
+    messages when the window outgrows it: the only turns whose window changes); then,
+    late, what is chosen for this message (recalled excerpts, and the dates) in a
+    message of its own, at most ``recall_share`` of the budget; then the new messages.
+    """
+
+    # The defaults: the cheapest point of bench/cache.py's frontier (docs/prompt-caching.md).
+    memory_share: float = Field(default=0.35, gt=0, le=1)
+    window_share: float = Field(default=0.25, gt=0, le=1)  # its usual size; at most a step more
+    recall_share: float = Field(default=0.15, gt=0, le=1)
+    step: int = Field(default=16, gt=0)  # messages: the window's anchor moves by whole steps
+    # Messages: the stable memory is made of what came before the start of the
+    # ``memory_step`` that holds the window's anchor (it changes less often than the window).
+    memory_step: int = Field(default=32, gt=0)
+    # The window's most messages in this layout (the window tier's count is the rebuilt
+    # layout's); at most what a request loads (memory.reconcile_tail).
+    window_messages: int = Field(default=48, gt=0)
+
+
 TierName = Literal[
     "window_keep",
     "pins",
@@ -167,6 +193,9 @@ class Composition(_Section):
     # Dates in the memory block: today's, the window's, each summary's and each recalled
     # excerpt's (the seeds' presets render as their documents describe, without them).
     dates: bool = False
+    # The cache-stable layout; None: one memory message after the prompt, rebuilt every
+    # turn (the seeds' documents describe that one).
+    stable: StableLayout | None = None
 
     @model_validator(mode="after")
     def _one_evolving_summary(self) -> Composition:

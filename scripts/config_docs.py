@@ -116,6 +116,14 @@ MEANINGS: dict[str, dict[str, str]] = {
         "`upstream_response_too_large` (in-band for a stream) and nothing is recorded",
         "max_request_bytes": "one forwarded chat body; when the window's images would make "
         "it larger, the oldest are sent as placeholders until it fits",
+        "prompt_cache": "how the upstream caches a repeated prompt prefix: each receipt's "
+        "`stable=N` (see `upstream.prompt_cache`)",
+    },
+    "PromptCacheConfig": {
+        "policy": "`openai`: from `minimum_tokens` common tokens in `step_tokens` steps; "
+        "`prefix`: the whole common prefix (vLLM, llama.cpp); `none`",
+        "minimum_tokens": "the shortest common prefix the `openai` policy caches",
+        "step_tokens": "past the minimum, the `openai` policy caches in steps of this many",
     },
     "UpstreamTimeouts": {
         "connect_s": "TCP and TLS connect; past it 504 `upstream_timeout`",
@@ -151,6 +159,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "tiers": "a custom composition replacing the preset's (see `memory.tiers`)",
         "window_messages": "overrides the window's message count of the preset",
         "window_tokens": "overrides the window's token cap of the preset",
+        "stable_layout": "the cache-stable layout (docs/prompt-caching.md): `true` gives the "
+        "preset one, `false` rebuilds the memory message every turn; unset: the preset's",
         "reconcile_tail": "stored messages loaded per request to line up a resent history",
         "memory_role": "role of the injected memory message; `user` gives it no system authority",
         "receipts": "receipts of the last recorded turns kept per session (the inspector's "
@@ -179,6 +189,20 @@ MEANINGS: dict[str, dict[str, str]] = {
         "`facts`, `window`, `recall`, `profile`",
         "dates": "dates in the memory block: today's, the window's, each summary's and "
         "each recalled excerpt's",
+        "stable": "the cache-stable layout (see `memory.tiers.stable`); none: one memory "
+        "message after the prompt, rebuilt every turn",
+    },
+    "StableLayout": {
+        "memory_share": "of the budget, the most the stable memory (pins, profile, facts "
+        "and summaries of what came before the window) takes",
+        "window_share": "of the budget, the window's usual size (it grows by less than a "
+        "`step` before its anchor moves)",
+        "recall_share": "of the budget, the most the late message of recalled excerpts and "
+        "dates takes",
+        "step": "messages: the window's anchor moves by whole steps (halved for long messages)",
+        "memory_step": "messages: the stable memory is of what came before the start of the "
+        "step that holds the window's anchor",
+        "window_messages": "the window's most messages in this layout",
     },
     "WindowTier": {
         "messages": "newest messages kept",

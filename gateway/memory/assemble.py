@@ -67,6 +67,9 @@ class Receipt:
     # Estimated tokens of each section of the memory message (the "memory" tier's parts).
     memory_sections: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    # Of this context's tokens, those the upstream can reuse from what the session
+    # forwarded last (``upstream.prompt_cache``); None: not known (no previous context).
+    stable: int | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -83,7 +86,9 @@ class Receipt:
             parts.append(f"pins={len(self.pins)}")
         if self.recalled:
             parts.append("recalled=" + ",".join(self.recalled))
-        parts.append(f"budget={self.budget_tokens}")
+        if self.stable is not None:
+            parts.append(f"stable={self.stable}")
+        parts.append(f"budget={self.budget_tokens}")  # last, as it always was
         return ";".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +102,7 @@ class Receipt:
             "recalled": list(self.recalled),
             "memory_sections": dict(self.memory_sections),
             "dropped": dict(self.dropped),
+            "stable_tokens": self.stable,
         }
 
 
@@ -128,15 +134,21 @@ def _tokens(messages: Sequence[Message]) -> int:
     return sum(message.tokens for message in messages)
 
 
-def window_units(turn: Reconciled, tiers: Tiers, composition: Composition) -> list[Unit]:
-    """Candidate window units, newest first, within the window's own limits."""
+def window_units(
+    turn: Reconciled, tiers: Tiers, composition: Composition, *, messages: int | None = None
+) -> list[Unit]:
+    """Candidate window units, newest first, within the window's own limits (its count:
+    ``messages`` when given)."""
     window = composition.window
     prior = turn.prior
     if window.after_summarized and tiers.summaries:
         covered = max(s.end for s in tiers.summaries)
         prior = tuple(m for m in prior if not m.index or m.index > covered)
     units = newest_unit_list(
-        prior, max_messages=window.messages, max_tokens=window.tokens, max_turns=window.turns
+        prior,
+        max_messages=window.messages if messages is None else messages,
+        max_tokens=window.tokens,
+        max_turns=window.turns,
     )
     if turn.new and turn.new[0].role == "tool" and turn.prior and not units:
         # The new messages answer tool calls: the calling assistant comes along whatever
@@ -160,7 +172,7 @@ def _before_recall(tier: TierName, composition: Composition) -> bool:
     return "recall" in priority and priority.index(tier) < priority.index("recall")
 
 
-class _Packer:
+class Packer:
     """Fills the memory block item by item, counting what each item adds (its text, and
     its section's title when it opens the section)."""
 
@@ -194,8 +206,8 @@ class _Packer:
             self.sections.add(item.section)
 
 
-def _fill_recall(
-    packer: _Packer,
+def fill_recall(
+    packer: Packer,
     recalled: Iterable[Recalled],
     shown: set[int],
     composition: Composition,
@@ -315,7 +327,7 @@ def assemble(  # noqa: C901  (23: its order of filling is read best in one place
     overhead = count(MEMORY_HEADER) + TOKENS_PER_MESSAGE
     if dates:
         overhead += count(DATES_HEADER) + count(dates) + 3
-    packer = _Packer(count, budget_tokens, fixed + sum(_tokens(u) for u in units[:keep]), overhead)
+    packer = Packer(count, budget_tokens, fixed + sum(_tokens(u) for u in units[:keep]), overhead)
     # What the gist tiers ahead of recall leave for it (``RecallTier.reserve``).
     reserved = 0
     if composition.recall is not None and "recall" in composition.priority:
@@ -335,9 +347,7 @@ def assemble(  # noqa: C901  (23: its order of filling is read best in one place
             if composition.recall is not None:
                 shown = {m.index for u in units[:window_taken] for m in u if m.index}
                 shown |= {m.index for m in turn.new if m.index}
-                dropped["recall"] = _fill_recall(
-                    packer, recalled, shown, composition, budget_tokens
-                )
+                dropped["recall"] = fill_recall(packer, recalled, shown, composition, budget_tokens)
             continue
         tier_items = items.get(tier, ())
         limit = budget_tokens - (

@@ -382,3 +382,5 @@ class SessionState:
     updated: float = 0.0  # the last record's time (0: never)
     profile: dict[str, Any] | None = None  # the user's cross-session profile
     history: tuple[dict[str, Any], ...] = ()  # the user's last ended sessions
+    # The fingerprint of the context last forwarded for it (``prompt_cache``; "": none).
+    forwarded: str = ""

@@ -17,6 +17,7 @@ slot does; a provider that keeps several prefixes can only cache more.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Literal
 
@@ -88,3 +89,33 @@ def billed_equivalent(prompt_tokens: int, cached: int, discount: float) -> float
     if not 0 <= discount <= 1:
         raise ValueError("the discount is a fraction between 0 and 1")
     return (prompt_tokens - cached) + cached * (1 - discount)
+
+
+# --- What a session forwarded last: a fingerprint of its messages ----------------------
+#
+# The gateway cannot see the provider's tokens, but it knows each forwarded message and
+# its token count: a context's fingerprint is, per message, a short hash of what it sends
+# and its tokens. Two contexts share the tokens of their leading messages whose hashes
+# agree (a message that differs part-way counts as not shared: a lower bound).
+
+_HASH_BYTES = 6  # 48 bits a message: a chance collision in a session is negligible
+
+
+def message_print(sent: bytes, tokens: int) -> str:
+    """One message's part of a fingerprint: the hash of its forwarded bytes, its tokens."""
+    return f"{hashlib.blake2b(sent, digest_size=_HASH_BYTES).hexdigest()}:{tokens}"
+
+
+def fingerprint(prints: Sequence[str]) -> str:
+    return " ".join(prints)
+
+
+def shared_tokens(current: str, previous: str) -> int:
+    """The tokens of the leading messages the two fingerprints have in common."""
+    shared = 0
+    for a, b in zip(current.split(), previous.split(), strict=False):
+        tokens = a.rpartition(":")[2]
+        if a != b or not tokens.isdigit():
+            break
+        shared += int(tokens)
+    return shared

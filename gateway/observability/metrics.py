@@ -81,6 +81,25 @@ FORWARDED_TOKENS = Counter(
     "Tokens of the context the gateway forwarded upstream on memory requests",
     registry=REGISTRY,
 )
+# The upstream's own counts (its ``usage``) on memory requests whose answer reported
+# them: cached / prompt is the prompt cache's real hit rate. The gateway's prediction
+# (``upstream.prompt_cache``) is beside them: stable / forwarded.
+UPSTREAM_PROMPT_TOKENS = Counter(
+    "memory_gateway_upstream_prompt_tokens",
+    "Prompt tokens the upstream reported in its usage on memory requests",
+    registry=REGISTRY,
+)
+UPSTREAM_CACHED_TOKENS = Counter(
+    "memory_gateway_upstream_cached_tokens",
+    "Prompt tokens the upstream reported as served from its prompt cache on memory requests",
+    registry=REGISTRY,
+)
+STABLE_TOKENS = Counter(
+    "memory_gateway_context_stable_tokens",
+    "Tokens of the forwarded contexts the gateway predicted the upstream could reuse "
+    "from the session's previous request (upstream.prompt_cache)",
+    registry=REGISTRY,
+)
 DEGRADED = Counter(
     "memory_gateway_degraded_requests",
     "Requests served without (part of) their memory, by reason",
@@ -164,9 +183,21 @@ def redis_op(op: str, started: float) -> None:
 # --- tokens ---
 
 
-def tokens(client: int, forwarded: int) -> None:
+def tokens(client: int, forwarded: int, stable: int | None = None) -> None:
+    """A memory request's tokens: sent by the client, forwarded, and of those the
+    upstream could reuse by the gateway's prediction (None: no prediction)."""
     CLIENT_TOKENS.inc(client)
     FORWARDED_TOKENS.inc(forwarded)
+    if stable is not None:
+        STABLE_TOKENS.inc(stable)
+
+
+def upstream_usage(prompt: int | None, cached: int | None) -> None:
+    """The prompt and cached tokens an upstream reported for an answer (None: not said)."""
+    if prompt is not None:
+        UPSTREAM_PROMPT_TOKENS.inc(prompt)
+    if cached is not None:
+        UPSTREAM_CACHED_TOKENS.inc(cached)
 
 
 # --- per-request timing ---

@@ -147,11 +147,11 @@ class MemoryProxy:
                 completion = codec.loads(raw)
             except ValueError:
                 completion = None
-            answer = self.dialect.answer(completion)
+            answer, usage = self.dialect.answer(completion), self.dialect.usage(completion)
             if upstream.status_code == 200 and answer is not None:
-                stored = await self.turns.record(turn, answer)
+                stored = await self.turns.record(turn, answer, usage)
                 extra = headers if stored else _status(headers, "degraded")
-            self._completed(turn, answer, self.dialect.usage(completion))
+            self._completed(turn, answer, usage)
         return _read(upstream, raw, extra)
 
     async def _stream(self, request: Request, sent: Forwarded[UpstreamResponse]) -> Response:

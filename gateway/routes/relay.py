@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from starlette.requests import Request
@@ -108,7 +108,7 @@ async def relay_stream(
 async def relay_watched(
     upstream: UpstreamResponse,
     watch: StreamWatcher,
-    record: Callable[[Message], Awaitable[bool]] | None,
+    record: Callable[[Message, Any], Awaitable[bool]] | None,
     over: Callable[[StreamWatcher], None],
 ) -> AsyncGenerator[bytes, None]:
     """Pass the stream through chunk by chunk while ``watch`` watches it for a clean end.
@@ -116,8 +116,10 @@ async def relay_watched(
     The answer is recorded (``record``, None: not to be; False when it was not) on the
     acknowledging event (chat's ``[DONE]``, Responses' ``response.completed``) before
     that event is passed on (or, for chat, when the upstream closes after a
-    ``finish_reason``); see the dialect's watch for what counts. ``over`` is told when
-    the stream is over, however it ended (a client that left included).
+    ``finish_reason``); see the dialect's watch for what counts. Its usage goes with it:
+    chat's usage chunk comes before ``[DONE]``, Responses' usage is in the completed
+    event. ``over`` is told when the stream is over, however it ended (a client that
+    left included).
     """
 
     async def recorded(watch: StreamWatcher) -> bool:
@@ -125,7 +127,7 @@ async def relay_watched(
         if record is None:
             return True
         if watch.recordable:
-            return await record(watch.message())
+            return await record(watch.message(), watch.usage)
         if watch.unreadable:
             # Relayed untouched, as it came; the client can tell it is malformed.
             log.warning("turn not recorded: the upstream stream was malformed")

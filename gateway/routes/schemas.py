@@ -238,12 +238,22 @@ class PinList(_Closed):
     pins: list[Pin]
 
 
+class ReceiptUsage(_Closed):
+    """What the upstream said the turn took (its ``usage``); null where it did not say:
+    ``cached_tokens`` is the part of the prompt its prompt cache served."""
+
+    prompt_tokens: StrictInt | None
+    cached_tokens: StrictInt | None
+    completion_tokens: StrictInt | None
+
+
 class StoredReceipt(_Closed):
     request_id: StrictStr | None
     at: Seconds
     model: StrictStr
     client_tokens: StrictInt
     receipt: dict[str, Any]
+    usage: ReceiptUsage | None = None  # absent from receipts stored by earlier versions
 
 
 class ReceiptList(_Closed):

@@ -9,21 +9,23 @@ from dataclasses import replace
 
 from gateway.auth.identity import Identity, MemoryMode
 from gateway.caching import BoundedSet
-from gateway.config import MemoryConfig
+from gateway.config import MemoryConfig, PromptCacheConfig
 from gateway.errors import NotFound
 from gateway.memory.accounting import tokens_sent
 from gateway.memory.archive import ArchiveCache
-from gateway.memory.assemble import Recalled, assemble
+from gateway.memory.assemble import Context, Recalled
 from gateway.memory.branches import facts_after_branch
+from gateway.memory.layout import build_context
 from gateway.memory.model import Message
 from gateway.memory.model_budget import ModelEntry, entry_for, model_budget
+from gateway.memory.prompt_cache import cacheable_tokens, shared_tokens
 from gateway.presets import Composition
 from gateway.service.archives import MOST_DELTA, RECENT_ENTRIES, Archives
 from gateway.service.planning import Planner
 from gateway.service.ports import Embedder, Store
 from gateway.service.recalling import Recall, query_of
 from gateway.service.recording import Recorder, check_record_size
-from gateway.service.turn import Turn, check_quota, session_keys
+from gateway.service.turn import Turn, check_quota, forwarded_print, session_keys
 from gateway.service.turn_images import Images, ingested
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import Known
@@ -46,8 +48,10 @@ class MemoryService:
         models: Sequence[ModelEntry] = (),
         clock: Callable[[], float] = time.time,
         max_request_bytes: int = 32 * 2**20,
+        prompt_cache: PromptCacheConfig | None = None,
     ) -> None:
         self.store = store
+        self.prompt_cache = prompt_cache or PromptCacheConfig()
         self.counter = counter
         self.config = config
         self.models = models  # ``models:``: each model's window bounds its requests' budget
@@ -145,7 +149,7 @@ class MemoryService:
             recalled = await self._recall.search(
                 keys, archive, others, plan, state.tiers, query, tier, model
             )
-        context = assemble(
+        context = build_context(
             plan,
             tiers=state.tiers,
             pins=state.pins,
@@ -159,6 +163,8 @@ class MemoryService:
             profile=state.profile if young else None,
             now=self.clock(),
         )
+        forwarded = forwarded_print(context)
+        context = self._with_stable(context, forwarded, state.forwarded)
         context = await self._images.hydrated(keys, context, blobs, plan, model)
         tokens = tokens_sent(messages, plan)
         return Turn(
@@ -173,7 +179,22 @@ class MemoryService:
             messages,
             blobs,
             requested_output,
+            forwarded,
         )
+
+    def _with_stable(self, context: Context, forwarded: str, previous: str) -> Context:
+        """The context, its receipt saying how much of it the upstream can reuse from what
+        the session forwarded last (``upstream.prompt_cache``; none known: ``None``)."""
+        if not previous:
+            return context
+        cache = self.prompt_cache
+        stable = cacheable_tokens(
+            cache.policy,
+            shared_tokens(forwarded, previous),
+            minimum=cache.minimum_tokens,
+            step=cache.step_tokens,
+        )
+        return replace(context, receipt=replace(context.receipt, stable=stable))
 
     def budget_for(self, model: str, requested_output: int | None = None) -> int:
         """A request's budget: ``memory.budget_tokens``, or less for a model whose

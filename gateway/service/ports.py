@@ -68,6 +68,7 @@ class SessionStore(Protocol):
         record_id: str = "",
         active: UserKeys | None = None,
         media: Sequence[Blob] = (),
+        forwarded: str = "",
     ) -> Recorded: ...
 
     async def archive_page(

@@ -24,6 +24,7 @@ from gateway.service.planning import Planner
 from gateway.service.ports import Store
 from gateway.service.turn import Turn, stored_receipt
 from gateway.service.turn_images import Images, ingested
+from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.catalog import REFRESH_S, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import Joining, Predicted, StoreUnavailable, TailMoved
@@ -115,6 +116,7 @@ class Recorder:
         now: float,
         retry_s: float = 0.0,
         request_id: str | None = None,
+        usage: Usage = UNKNOWN,
     ) -> None:
         """Append this turn's new messages and the answer atomically, with their jobs.
 
@@ -127,11 +129,12 @@ class Recorder:
         Every attempt carries the turn's record id, so one whose reply was lost (Redis
         went away after running it) is not appended again by the next.
 
-        ``request_id`` names the request in the stored receipt (its log line and header).
+        ``request_id`` names the request in the stored receipt (its log line and header),
+        and ``usage`` is what the upstream said the answer took.
         """
         (answer,) = await self.planner.counted_off_loop((answer,), turn.model)
         record_id = secrets.token_hex(12)
-        receipt = stored_receipt(turn, now, self.config.receipts, request_id)
+        receipt = stored_receipt(turn, now, self.config.receipts, request_id, usage)
         deadline = time.monotonic() + retry_s
         pause = RETRY_PAUSE_S
         while True:
@@ -166,6 +169,7 @@ class Recorder:
                     receipt=receipt,
                     record_id=record_id,
                     blobs=turn.media,
+                    forwarded=turn.forwarded,
                 )
                 if plan.branch_from is not None:
                     await self._facts_after_branch(
@@ -229,6 +233,7 @@ class Recorder:
         receipt: StoredReceipt | None = None,
         record_id: str = "",
         blobs: Mapping[str, media.Blob] | None = None,
+        forwarded: str = "",
     ) -> SessionState:
         """Record ``messages`` after the ``stored`` state, with the jobs and pins they make
         due, in one round trip when the log is as ``stored`` says (see ``Predicted``). A
@@ -265,6 +270,7 @@ class Recorder:
             record_id=record_id,
             active=user if cross is not None else None,
             media=self.images.kept(stamped, blobs),
+            forwarded=forwarded,
         )
         users = sum(1 for m in stamped if m.role == "user")
         if not recorded.predicted:  # another turn landed in between: the real indexes

@@ -12,7 +12,9 @@ from gateway.errors import QuotaExceeded
 from gateway.memory import images as media
 from gateway.memory.assemble import Context
 from gateway.memory.model import Message, SessionState
+from gateway.memory.prompt_cache import fingerprint, message_print
 from gateway.memory.reconcile import Reconciled
+from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.catalog import StoredReceipt
 from gateway.store.keys import SessionKeys
 
@@ -37,6 +39,9 @@ class Turn:
     media: Mapping[str, media.Blob] = field(default_factory=dict)
     # The answer's length the request asked room for: a retry's smaller budget keeps it.
     requested_output: int | None = None
+    # The forwarded context's fingerprint (``forwarded_print``), kept with the record: the
+    # next turn's receipt says how much of its context the upstream can reuse.
+    forwarded: str = ""
 
     @property
     def records(self) -> bool:
@@ -50,8 +55,10 @@ class Answered:
     limits charge them."""
 
     context_tokens: int  # the context forwarded, by the gateway's count
-    # The upstream's counts (its ``usage``), when it gave them.
+    # The upstream's counts (its ``usage``), when it gave them: the prompt, those of it
+    # its prompt cache served, and the answer.
     prompt_tokens: int | None
+    cached_tokens: int | None
     completion_tokens: int | None
     answer: Message | None  # None: the upstream answered nothing (an error, a refusal)
     # The tokens of an answer's chat payload in the turn's model, to count after the
@@ -59,11 +66,21 @@ class Answered:
     count: Callable[[dict[str, Any]], int]
 
 
+def forwarded_print(context: Context) -> str:
+    """The context's fingerprint (``prompt_cache.fingerprint``): each message as it is
+    forwarded (images by their reference: the bytes they stand for are the same)."""
+    return fingerprint(
+        [message_print(codec.dumps(m.to_openai()), m.tokens) for m in context.messages]
+    )
+
+
 def stored_receipt(
-    turn: Turn, now: float, kept: int, request_id: str | None
+    turn: Turn, now: float, kept: int, request_id: str | None, usage: Usage = UNKNOWN
 ) -> StoredReceipt | None:
     """What the inspector shows of a recorded turn: what was forwarded, per tier, under
-    which request id (the id of the request's log line and response header)."""
+    which request id (the id of the request's log line and response header), and what
+    the upstream said it took (``usage``: the turn is recorded once the upstream has
+    answered, so its counts go in the record's own round trip)."""
     if not kept:
         return None
     data = {
@@ -72,6 +89,7 @@ def stored_receipt(
         "model": turn.model,
         "client_tokens": turn.client_tokens,
         "receipt": turn.context.receipt.to_json(),
+        "usage": usage.to_json(),
     }
     return StoredReceipt(codec.dumps(data), kept)
 

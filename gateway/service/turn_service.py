@@ -27,6 +27,7 @@ from gateway.observability import metrics, request_log
 from gateway.service.answer_tokens import note_tokens_out
 from gateway.service.replies import Reply, read_whole
 from gateway.service.turn import Answered, Turn
+from gateway.service.usage import UNKNOWN, Usage, read_usage
 from gateway.store.redis_store import StoreUnavailable
 from gateway.text.tokens import TokenCounter
 
@@ -50,6 +51,7 @@ class TurnRecorder(Protocol):
         now: float,
         retry_s: float = 0.0,
         request_id: str | None = None,
+        usage: Usage = UNKNOWN,
     ) -> None: ...
 
 
@@ -206,14 +208,16 @@ class TurnService:
             self.ceilings.fitted(turn.model, budget, self.clock())
         return _forwarded(reply, smaller)
 
-    async def record(self, turn: Turn, answer: Message) -> bool:
+    async def record(self, turn: Turn, answer: Message, usage: Any = None) -> bool:
         """Record the turn whole, even if the request is cancelled meanwhile (a client
         that left): False when it should have been and was not (the store unavailable),
-        so its answer goes unacknowledged. A read-only turn records nothing."""
+        so its answer goes unacknowledged. A read-only turn records nothing. ``usage``:
+        the answer's usage in chat terms, as far as the upstream gave it (its stored
+        receipt shows it)."""
         if not turn.records:
             return True
         answer = _kept(answer, self.settings.server.max_message_bytes)
-        task = asyncio.ensure_future(self._record_now(turn, answer))
+        task = asyncio.ensure_future(self._record_now(turn, answer, read_usage(usage)))
         self._recordings.add(task)
         task.add_done_callback(self._recordings.discard)
         # A cancellation ends the wait, never the recording (the task runs on).
@@ -226,7 +230,7 @@ class TurnService:
         while self._recordings:
             await asyncio.gather(*self._recordings, return_exceptions=True)
 
-    async def _record_now(self, turn: Turn, answer: Message) -> bool:
+    async def _record_now(self, turn: Turn, answer: Message, usage: Usage) -> bool:
         try:
             await self.memory.recorder.record(
                 turn,
@@ -234,6 +238,7 @@ class TurnService:
                 now=self.clock(),
                 retry_s=self.settings.redis.record_retry_s,
                 request_id=request_log.current_request_id(),
+                usage=usage,
             )
         except StoreUnavailable as error:
             # The answer is not acknowledged: a stream ends with an error event instead of
@@ -249,9 +254,11 @@ class TurnService:
     def completed(self, turn: Turn, answer: Message | None, usage: Any) -> Answered:
         """The turn's answer is over (whatever was relayed of it): its tokens on the
         access line (the upstream's count when it gave one), the turn's content with
-        content logging on (``gateway.content`` at DEBUG), and what the rate limits
-        charge for it."""
-        prompt, completion = usage_tokens(usage)
+        content logging on (``gateway.content`` at DEBUG), the upstream's prompt and
+        cached tokens in the metrics, and what the rate limits charge for it."""
+        read = read_usage(usage)
+        prompt, completion = read.prompt_tokens, read.completion_tokens
+        metrics.upstream_usage(prompt, read.cached_tokens)
         counter = self.memory.counter
         if request_log.collecting():
             if completion is not None:
@@ -266,7 +273,8 @@ class TurnService:
                 turn.identity.session_id, turn.context.openai_messages(), answer.to_openai()
             )
         count = partial(counter.count_payload, model=turn.model)
-        return Answered(turn.context.receipt.total_tokens, prompt, completion, answer, count)
+        context = turn.context.receipt.total_tokens
+        return Answered(context, prompt, read.cached_tokens, completion, answer, count)
 
 
 def _forwarded(reply: R, turn: Turn, refusal: bytes | None = None) -> Forwarded[R]:
@@ -277,29 +285,20 @@ def memory_headers(turn: Turn) -> dict[str, str]:
     """The memory headers of an answer to ``turn`` (noted, with its tokens, for the
     metrics and the access line: once, for the context that went)."""
     receipt = turn.context.receipt
-    metrics.tokens(turn.client_tokens, receipt.total_tokens)
+    metrics.tokens(turn.client_tokens, receipt.total_tokens, receipt.stable)
     request_log.note(
         tokens_in=turn.client_tokens,
         tokens_context=receipt.total_tokens,
         tiers=receipt.tiers,
         recalled=len(receipt.recalled),
     )
+    if receipt.stable is not None:
+        request_log.note(tokens_stable=receipt.stable)
     return {
         "x-memory-status": "ok",
         "x-memory-context-tokens": str(receipt.total_tokens),
         "x-memory-receipt": receipt.header(),
     }
-
-
-def usage_tokens(usage: Any) -> tuple[int | None, int | None]:
-    """The prompt and completion tokens of an answer's usage (chat terms), where given."""
-    if not isinstance(usage, dict):
-        return None, None
-    found = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
-    prompt, completion = (
-        t if isinstance(t, int) and not isinstance(t, bool) else None for t in found
-    )
-    return prompt, completion
 
 
 def _kept(answer: Message, limit: int) -> Message:

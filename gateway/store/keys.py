@@ -287,7 +287,9 @@ SCHEMA: tuple[KeyShape, ...] = (
              "sid, user_id, created, updated, turns, ended, bytes (the quota's share); gen "
              "(the log's generation: new when its end is replaced), prev and kept (the "
              "generation before, and how many messages it kept); rec, rec_first, rec_pred "
-             "(the last record's id and outcome: a retried record appends nothing)"),
+             "(the last record's id and outcome: a retried record appends nothing); "
+             "forwarded (the last forwarded context's fingerprint: per message, a hash and "
+             "its tokens)"),
     KeyShape(_S + "log", "list", RETENTION, "every message as JSON; position + 1 is its index"),
     KeyShape(_S + "vec", "list", RETENTION,
              "each message's recall vector (128 signed bytes, empty for none), aligned with "

@@ -131,6 +131,7 @@ class Sessions:
             updated=float(fields.get(b"updated") or 0),
             profile=codec.loads(profile) if profile else None,
             history=tuple(codec.loads(h) for h in history),
+            forwarded=(fields.get(b"forwarded") or b"").decode("ascii", "replace"),
         )
         peer_logs = {
             peer: LoadReply.decode(reply, self._parse).log
@@ -208,6 +209,7 @@ class Sessions:
         record_id: str = "",
         active: UserKeys | None = None,
         media: Sequence[Blob] = (),
+        forwarded: str = "",
     ) -> Recorded:
         """Append messages atomically, numbering them, with their recall ``vectors``
         (stored forms, "" for none; one per message, or none at all), and the ``media``
@@ -258,6 +260,8 @@ class Sessions:
         commands += catalog.write_turn(
             keys, now=now, retention_s=self._calls.retention_s, receipt=receipt, listed=listed
         )
+        if forwarded:  # the context this turn forwarded, for the next turn's receipt
+            commands.append(("HSET", keys.meta, "forwarded", forwarded))
         # Last, so that no reply above moves: the tenant's stored bytes (its quota).
         usage = usage_key(keys.tenant)
         commands += [("INCRBY", usage, appended), ("EXPIRE", usage, self._calls.retention_s)]

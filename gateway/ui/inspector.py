@@ -267,11 +267,14 @@ class Inspector:
             "summaries": {(s["start"], s["end"]) for s in last["summaries"]} if last else set(),
             "pins": set(last["pins"]) if last else set(),
         }
+        cache = [views.cache_use(r) for r in receipts]
         return _render(
             "session.html",
             keys=keys,
             view=view,
             receipts=receipts,
+            cache=cache,
+            hit_rate=views.hit_rate(cache),
             last=last,
             bar=views.budget_bar(last) if last else [],
             recalled=await self.ops.recalled(keys, last) if last else [],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -56,3 +57,48 @@ def iso(ts: float | None) -> str:
 def index_range(indexes: list[int]) -> str:
     """Window indexes as the receipt header writes them: "12-19", or "" when none."""
     return f"{indexes[0]}-{indexes[-1]}" if indexes else ""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheUse:
+    """Of one recorded turn's prompt: what the upstream said it took and served from its
+    prompt cache, and what the gateway predicted it could (None: not known)."""
+
+    prompt: int | None  # the upstream's prompt tokens (its usage)
+    cached: int | None  # of those, served from its cache (its usage)
+    stable: int | None  # the gateway's prediction (the receipt's stable_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class HitRate:
+    cached: int
+    prompt: int
+
+    @property
+    def percent(self) -> float:
+        return round(100 * self.cached / self.prompt, 1)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def cache_use(stored: dict[str, Any]) -> CacheUse:
+    """A stored receipt's cache numbers; a receipt from before they were kept has none."""
+    usage = stored.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    receipt = stored.get("receipt")
+    stable = receipt.get("stable_tokens") if isinstance(receipt, dict) else None
+    return CacheUse(
+        _count(usage.get("prompt_tokens")), _count(usage.get("cached_tokens")), _count(stable)
+    )
+
+
+def hit_rate(uses: Sequence[CacheUse]) -> HitRate | None:
+    """The share of the prompt tokens the upstream served from its cache, over the turns
+    whose answer said both; None when none did (an upstream that does not report it)."""
+    counted = [u for u in uses if u.prompt is not None and u.cached is not None]
+    prompt = sum(u.prompt or 0 for u in counted)
+    if not prompt:
+        return None
+    return HitRate(sum(u.cached or 0 for u in counted), prompt)

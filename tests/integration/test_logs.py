@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,7 +87,7 @@ def receipt_tiers(header: str) -> dict[str, int]:
     tiers = {}
     for part in header.split(";"):
         name, _, value = part.partition("=")
-        if name in ("idx", "sum", "pins", "recalled", "budget"):
+        if name in ("idx", "sum", "pins", "recalled", "budget", "stable"):
             continue
         tiers[name] = int(value)
     return tiers
@@ -104,6 +105,8 @@ def check_chat_line(
     assert line["memory_mode"] == "on" and line["model"] == "fake-model"
     assert line["tokens_context"] == int(headers["x-memory-context-tokens"])
     assert line["tiers"] == receipt_tiers(headers["x-memory-receipt"])
+    stable = re.search(r";stable=(\d+)", headers["x-memory-receipt"])
+    assert line.get("tokens_stable") == (int(stable.group(1)) if stable else None)
     assert sum(line["tiers"].values()) + 3 == line["tokens_context"]
     assert isinstance(line["recalled"], int)
     assert 0 <= line["added_ms"] <= line["duration_ms"]

@@ -32,14 +32,20 @@ FAILED = frozenset({"response.failed", "response.incomplete", "error"})
 
 
 def chat_usage(usage: Any) -> dict[str, Any] | None:
-    """A Responses ``usage`` in chat terms (what metrics and rate limits read)."""
+    """A Responses ``usage`` in chat terms (what metrics, rate limits and the stored
+    receipt read): ``input_tokens_details`` becomes ``prompt_tokens_details``, where the
+    upstream says how much of the input its prompt cache served."""
     if not isinstance(usage, dict):
         return None
-    return {
+    chat = {
         "prompt_tokens": usage.get("input_tokens"),
         "completion_tokens": usage.get("output_tokens"),
         "total_tokens": usage.get("total_tokens"),
     }
+    details = usage.get("input_tokens_details")
+    if isinstance(details, dict):
+        chat["prompt_tokens_details"] = {"cached_tokens": details.get("cached_tokens")}
+    return chat
 
 
 def error_event(message: str, code: str, sequence_number: int) -> bytes:

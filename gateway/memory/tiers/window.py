@@ -85,3 +85,52 @@ def without_unanswered_calls(
     if not kept and not head.text:
         return unit[1:]
     return (dataclasses.replace(head, tool_calls=kept or None), *unit[1:])
+
+
+def step_start(index: int, step: int) -> int:
+    """The start of the ``step`` of messages ``index`` falls in: 1, step + 1, 2·step + 1…"""
+    return index - (index - 1) % step
+
+
+def anchored(
+    units: Sequence[tuple[Message, ...]], target: int, most: int, step: int, keep: int
+) -> list[tuple[Message, ...]]:
+    """The window (units, newest first, as far as loaded) from its anchor on: the start of
+    the ``step`` of messages that holds the oldest unit of the newest ``target`` tokens, so
+    that it holds those and less than a step more; where that is past ``most`` tokens (long
+    messages), the start of the half step that holds it, and so on.
+
+    As messages are added and the oldest unit within ``target`` moves forward, the
+    anchor stays where it is until that unit passes into the next step: the window is
+    appended to turn after turn and loses a step of messages at once (the only turns whose
+    window changes, for a prompt cache). The newest ``keep`` units are kept whatever their
+    size; messages without an index (not stored) give no anchor: the newest ``target``.
+    """
+    within = _fitting(units, target, keep)
+    if within <= keep or step <= 1 or units[within - 1][0].index <= 0:
+        return list(units[:within])
+    oldest = units[within - 1][0].index
+    # Long messages: a step's more may not fit; half a step's may (steps of a step are
+    # fixed points too, passed more often).
+    while step > 1:
+        anchor = step_start(oldest, step)
+        if units[-1][0].index <= anchor:  # what is loaded reaches back to it
+            chosen = [unit for unit in units if unit[0].index >= anchor]
+            if _size(chosen) <= most:
+                return chosen
+        step //= 2
+    return list(units[:within])
+
+
+def _fitting(units: Sequence[tuple[Message, ...]], tokens: int, keep: int) -> int:
+    """How many of the newest units: the ``keep`` newest, and more while within ``tokens``."""
+    n = min(keep, len(units))
+    used = _size(units[:n])
+    while n < len(units) and used + _size(units[n : n + 1]) <= tokens:
+        used += _size(units[n : n + 1])
+        n += 1
+    return n
+
+
+def _size(units: Sequence[tuple[Message, ...]]) -> int:
+    return sum(m.tokens for unit in units for m in unit)

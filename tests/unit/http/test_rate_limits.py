@@ -25,7 +25,7 @@ from gateway.http.rate_limits import (
 )
 from gateway.memory.model import Message
 from gateway.service.turn import Answered
-from gateway.service.turn_service import usage_tokens
+from gateway.service.usage import read_usage
 from gateway.text.tokens import TokenCounter
 from tests.support.store_fakes import UnusedLimits
 
@@ -195,7 +195,9 @@ def _answered(answer: Message | None, usage: Any, context_tokens: int = 120) -> 
     """A turn whose context took ``context_tokens``, answered so (as ``TurnService``
     reports it)."""
     count = partial(TokenCounter().count_payload, model="gpt-4o-mini")
-    return Answered(context_tokens, *usage_tokens(usage), answer, count)
+    read = read_usage(usage)
+    prompt, cached, completion = read.prompt_tokens, read.cached_tokens, read.completion_tokens
+    return Answered(context_tokens, prompt, cached, completion, answer, count)
 
 
 def _charged(answer: Message | None, usage: Any, limits: Limits) -> int:

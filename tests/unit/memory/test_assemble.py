@@ -586,6 +586,7 @@ def test_receipt() -> None:
         "recalled": [],
         "memory_sections": receipt.memory_sections,
         "dropped": {},
+        "stable_tokens": None,
     }
     assert set(receipt.memory_sections) == {"pins", "summaries"}
 
@@ -925,3 +926,9 @@ def test_model_made_summaries_and_facts_leave_recall_its_reserve() -> None:
             assert sections["recall"] >= budget * reserve - 200, (reserve, sections)
             assert gist > 0  # and the gist still has its room
     assert recalled == sorted(recalled) and recalled[0] < recalled[1] < recalled[2], recalled
+
+
+def test_a_receipt_says_what_the_upstream_can_reuse_before_the_budget() -> None:
+    receipt = Receipt(tiers={"prompt": 7}, window_indexes=(), budget_tokens=100, stable=64)
+    assert receipt.header() == "prompt=7;stable=64;budget=100"  # the budget stays last
+    assert receipt.to_json()["stable_tokens"] == 64

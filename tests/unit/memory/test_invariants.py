@@ -25,9 +25,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.memory.assemble import Context, assemble, window_units
-from gateway.memory.block import MEMORY_HEADER, quoted
+from gateway.memory.assemble import Context, window_units
+from gateway.memory.block import MEMORY_HEADER, RECALLED_HEADER, quoted
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
+from gateway.memory.layout import build_context
 from gateway.memory.model import (
     CONVERSATION_ROLES,
     Fact,
@@ -48,6 +49,7 @@ from gateway.presets import (
     PinsTier,
     RecursiveTier,
     RollingTier,
+    StableLayout,
     TierName,
     WindowTier,
 )
@@ -258,7 +260,7 @@ def pipeline(
         to_record=counted(plan.to_record, count),
         new=counted(plan.new, count),
     )
-    context = assemble(
+    context = build_context(
         plan,
         tiers=tiers,
         pins=pins,
@@ -312,7 +314,21 @@ def check(
         assert receipt.tiers["memory"] == memory.tokens
     else:
         assert "memory" not in receipt.tiers
-    body = out[len(prompt) + (memory is not None) : len(out) - len(new)]
+    # The cache-stable layout's late message (recalled excerpts, dates): just before the
+    # new messages, and only there.
+    late_at = [
+        i
+        for i, m in enumerate(out)
+        if isinstance(m.content, str) and m.content.startswith(RECALLED_HEADER)
+    ]
+    assert late_at in ([], [len(out) - len(new) - 1])
+    assert not late_at or composition.stable is not None
+    if late_at:
+        assert out[late_at[0]].role == role
+        assert receipt.tiers["recall"] == out[late_at[0]].tokens
+    else:
+        assert "recall" not in receipt.tiers
+    body = out[len(prompt) + (memory is not None) : len(out) - len(new) - len(late_at)]
     assert all(m.role in CONVERSATION_ROLES for m in body)
 
     # The window is the newest end of what came before this turn, in order.
@@ -355,7 +371,7 @@ def check(
         assert receipt.total_tokens <= budget
     else:
         assert receipt.total_tokens == always
-        assert memory is None and body == always_window
+        assert memory is None and not late_at and body == always_window
 
     # The window's own limits (the call that new tool results answer comes regardless).
     forced = bool(body) and new[0].role == "tool" and len(units) == 1 and body == units[0]
@@ -387,8 +403,9 @@ def check_tool_pairs(out: Sequence[Message], stored_results: set[str | None]) ->
 
 def check_window_limits(body: Sequence[Message], composition: Composition, tiers: Tiers) -> None:
     window = composition.window
-    if window.messages is not None:
-        assert len(body) <= window.messages
+    most = composition.stable.window_messages if composition.stable else window.messages
+    if most is not None:
+        assert len(body) <= most
     if window.tokens is not None:
         assert tokens(body) <= window.tokens
     if window.turns is not None:
@@ -411,14 +428,21 @@ def cases(draw: st.DrawFn) -> tuple[Scenario, Tiers, tuple[Pin, ...], int, str, 
     return scenario, tiers, pins, budget, role, counter
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+# Every preset, and the default one in the cache-stable layout (``memory.stable_layout``).
+LAYOUTS = {
+    **PRESETS,
+    "hybrid-recall, stable": PRESETS["hybrid-recall"].model_copy(update={"stable": StableLayout()}),
+}
+
+
+@pytest.mark.parametrize("preset", list(LAYOUTS))
 @settings(max_examples=150, deadline=None)
 @given(case=cases())
 def test_invariants_for_every_preset(
     preset: str, case: tuple[Scenario, Tiers, tuple[Pin, ...], int, str, str]
 ) -> None:
     scenario, tiers, pins, budget, role, counter = case
-    check(scenario, tiers, pins, PRESETS[preset], budget, role, COUNTERS[counter])
+    check(scenario, tiers, pins, LAYOUTS[preset], budget, role, COUNTERS[counter])
 
 
 @settings(max_examples=150, deadline=None)
@@ -430,7 +454,7 @@ def test_invariants_for_any_composition(
     check(scenario, tiers, pins, composition, budget, role, COUNTERS[counter])
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("preset", list(LAYOUTS))
 @settings(max_examples=150, deadline=None)
 @given(case=cases())
 def test_an_ample_budget_drops_nothing(
@@ -438,9 +462,13 @@ def test_an_ample_budget_drops_nothing(
 ) -> None:
     # Only the tiers' own limits (window size, use, keep_pairs) leave anything out.
     scenario, tiers, pins, _, role, counter = case
-    composition = PRESETS[preset]
+    composition = LAYOUTS[preset]
     plan, context = pipeline(scenario, tiers, pins, composition, 10**9, role, COUNTERS[counter])
     assert context.receipt.dropped == {}
+    if composition.stable is not None:
+        # The window from its anchor (at most its own count), the memory of what came
+        # before the anchor's memory step: checked in test_stable_layout.
+        return
     units = window_units(plan, tiers, composition)
     body = tuple(m for unit in reversed(units) for m in unit)
     assert context.messages[len(context.messages) - len(plan.new) - len(body) :] == (

@@ -11,6 +11,9 @@ from gateway.memory.prompt_cache import (
     cacheable_tokens,
     cached_tokens,
     common_prefix,
+    fingerprint,
+    message_print,
+    shared_tokens,
 )
 
 
@@ -90,3 +93,14 @@ def test_nonsense_is_refused() -> None:
         billed_equivalent(100, 101, 0.5)
     with pytest.raises(ValueError):
         billed_equivalent(100, 50, 1.5)
+
+
+def test_shared_tokens_counts_the_leading_messages_alike() -> None:
+    a = [message_print(b"system: be brief", 5), message_print(b"memory", 100)]
+    b = [*a, message_print(b"user: hi", 4)]
+    assert shared_tokens(fingerprint(b), fingerprint(a)) == 105
+    changed = [a[0], message_print(b"memory, changed", 100), b[2]]
+    assert shared_tokens(fingerprint(changed), fingerprint(b)) == 5
+    assert shared_tokens(fingerprint(b), "") == 0
+    assert shared_tokens(fingerprint(b), "garbage") == 0
+    assert shared_tokens("x:notanumber", "x:notanumber") == 0

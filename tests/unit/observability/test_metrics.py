@@ -109,3 +109,20 @@ def test_exposition_is_prometheus_text(status: str) -> None:
     metrics._child(metrics.REQUESTS, "/x", "GET", status).inc()
     text = metrics.exposition().decode()
     assert f'memory_gateway_requests_total{{method="GET",route="/x",status="{status}"}}' in text
+
+
+def _totals() -> tuple[float, ...]:
+    names = ("upstream_prompt_tokens", "upstream_cached_tokens", "context_stable_tokens")
+    values = (metrics.REGISTRY.get_sample_value(f"memory_gateway_{n}_total") for n in names)
+    return tuple(v or 0.0 for v in values)
+
+
+def test_the_upstreams_counts_and_the_prediction_add_up_only_where_known() -> None:
+    start = _totals()
+    metrics.upstream_usage(2000, 1536)
+    metrics.upstream_usage(900, None)  # an upstream that says nothing of its cache
+    metrics.upstream_usage(None, None)  # nor of its prompt
+    metrics.tokens(50, 2100, 1600)
+    metrics.tokens(50, 2100, None)  # no prediction: no previous context
+    moved = tuple(after - before for after, before in zip(_totals(), start, strict=True))
+    assert moved == (2900, 1536, 1600)

@@ -21,6 +21,7 @@ from gateway.memory.model import Message, SessionState
 from gateway.memory.reconcile import reconcile
 from gateway.service.turn import Turn
 from gateway.service.turn_service import DEGRADED, NOTHING_NEW, TurnService
+from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import StoreUnavailable
 from gateway.text.tokens import TokenCounter
@@ -39,6 +40,7 @@ class NoSecretStore:
 class FakeRecorder:
     def __init__(self) -> None:
         self.recorded: list[tuple[Turn, Message]] = []
+        self.usages: list[Usage] = []
         self.failing = False
         self.gate: asyncio.Event | None = None  # set: the record waits for it
         self.started = asyncio.Event()
@@ -51,6 +53,7 @@ class FakeRecorder:
         now: float,
         retry_s: float = 0.0,
         request_id: str | None = None,
+        usage: Usage = UNKNOWN,
     ) -> None:
         self.started.set()
         if self.gate is not None:
@@ -58,6 +61,7 @@ class FakeRecorder:
         if self.failing:
             raise StoreUnavailable("redis went away")
         self.recorded.append((turn, answer))
+        self.usages.append(usage)
 
 
 class FakeMemory:
@@ -247,3 +251,17 @@ async def test_an_answer_is_accounted_with_the_upstreams_usage_or_counted() -> N
     assert counted.count(answer.to_openai()) == TokenCounter().count_payload(
         answer.to_openai(), "small"
     )
+
+
+async def test_the_upstreams_cached_tokens_go_with_the_record_and_the_outcome() -> None:
+    memory = FakeMemory()
+    turns = service(memory)
+    turn = await open_turn(turns)
+    usage = {"prompt_tokens": 300, "completion_tokens": 7,
+             "prompt_tokens_details": {"cached_tokens": 256}}  # fmt: skip
+    assert await turns.record(turn, Message("assistant", "answer"), usage)
+    assert await turns.record(turn, Message("assistant", "again"))  # no usage given
+    assert memory.recorder.usages == [Usage(300, 256, 7), UNKNOWN]
+    answered = turns.completed(turn, Message("assistant", "answer"), usage)
+    assert (answered.prompt_tokens, answered.cached_tokens) == (300, 256)
+    assert turns.completed(turn, None, {"prompt_tokens": 300}).cached_tokens is None

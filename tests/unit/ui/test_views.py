@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from gateway.ui.views import Segment, budget_bar, index_range
+from gateway.ui.views import (
+    CacheUse,
+    HitRate,
+    Segment,
+    budget_bar,
+    cache_use,
+    hit_rate,
+    index_range,
+)
 
 
 def test_the_budget_bar_splits_memory_by_section_and_shows_what_is_left() -> None:
@@ -33,3 +41,22 @@ def test_a_context_over_budget_fills_the_bar_and_empty_tiers_are_left_out() -> N
 
 def test_window_ranges_read_as_the_receipt_header_writes_them() -> None:
     assert index_range([]) == "" and index_range([3, 4, 9]) == "3-9"
+
+
+def test_a_receipts_cache_numbers_and_the_hit_rate_over_those_the_upstream_reported() -> None:
+    reported = {"usage": {"prompt_tokens": 2000, "cached_tokens": 1536, "completion_tokens": 9},
+                "receipt": {"stable_tokens": 1600}}  # fmt: skip
+    silent = {"usage": {"prompt_tokens": 900, "cached_tokens": None, "completion_tokens": 9},
+              "receipt": {"stable_tokens": None}}  # fmt: skip
+    older = {"receipt": {"total_tokens": 50}}  # stored before usage was kept
+    garbage = {"usage": {"prompt_tokens": "lots", "cached_tokens": True}, "receipt": []}
+    uses = [cache_use(r) for r in (reported, silent, older, garbage)]
+    assert uses == [
+        CacheUse(2000, 1536, 1600),
+        CacheUse(900, None, None),
+        CacheUse(None, None, None),
+        CacheUse(None, None, None),
+    ]
+    rate = hit_rate(uses)  # the silent turn's prompt is not counted against the cache
+    assert rate == HitRate(1536, 2000) and rate.percent == 76.8
+    assert hit_rate(uses[1:]) is None and hit_rate([]) is None
