@@ -370,7 +370,11 @@ class ShiftedClock:
 
 @contextlib.contextmanager
 def gateway_stack(
-    preset: str, budget: int, clock: ShiftedClock, summarizer: bool = True, stable: bool = False
+    preset: str,
+    budget: int,
+    clock: ShiftedClock,
+    summarizer: bool = True,
+    stable: bool | dict[str, float] = False,
 ) -> Iterator[tuple[ScriptedUpstream, ServerThread]]:
     """A real redis-server, the scripted upstream and a gateway in front of them."""
     fake = ScriptedUpstream(summarizer=summarizer)
@@ -400,15 +404,18 @@ def run_gateway(
     budget: int,
     summarizer: str,
     layout: str = "rebuilt",
+    shares: dict[str, float] | None = None,
 ) -> Row:
     """Import, then replay every conversation through a gateway with this budget, in this
     layout (``rebuilt``: one memory message after the prompt, made again every turn;
-    ``stable``: ``memory.stable_layout``)."""
+    ``stable``: ``memory.stable_layout``, with ``shares`` if given)."""
     started = time.monotonic()
     row = Row(f"{GATEWAY} ({preset}, {layout})", budget)
     meter = Meter(renderer, row)
     clock = ShiftedClock()
-    stable = layout == "stable"
+    stable: bool | dict[str, float] = layout == "stable"
+    if stable and shares:
+        stable = shares
     with gateway_stack(preset, budget, clock, summarizer == "fake", stable) as (fake, gateway):
         auth = {"authorization": f"Bearer {API_KEY}"}
         with httpx.Client(base_url=gateway.url, headers=auth, timeout=120) as client:
@@ -534,6 +541,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="comma-separated: rebuilt (memory rebuilt every turn), stable "
         "(memory.stable_layout: true); default %(default)s",
     )
+    parser.add_argument(
+        "--stable",
+        default="",
+        help="the stable layout's settings, e.g. recall_share=0.3,window_share=0.2 "
+        "(memory.stable_layout as a mapping; default: its defaults)",
+    )
     parser.add_argument("--share", type=float, default=0.6, help="imported before the replay")
     parser.add_argument("--turns", type=int, default=40, help="live turns per conversation")
     parser.add_argument("--every", type=int, default=4, help="a question after every N turns")
@@ -546,8 +559,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.conversations = [int(n) for n in args.conversations.split(",")]
         args.budgets = [int(b) for b in args.budgets.split(",")]
         args.layouts = args.layouts.split(",")
+        pairs = [item.split("=", 1) for item in args.stable.split(",") if item]
+        args.stable = {key: float(value) for key, value in pairs}
     except ValueError:
-        parser.error("--conversations and --budgets: comma-separated numbers")
+        parser.error(
+            "--conversations and --budgets: comma-separated numbers; --stable: key=number,…"
+        )
     if not set(args.layouts) <= {"rebuilt", "stable"}:
         parser.error("--layouts: rebuilt and/or stable")
     if not args.budgets or min(args.budgets) <= 0:
@@ -583,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     renderer = Renderer()
     started = time.monotonic()
     gateways = [
-        run_gateway(replays, renderer, args.preset, b, args.summarizer, layout)
+        run_gateway(replays, renderer, args.preset, b, args.summarizer, layout, args.stable)
         for layout in args.layouts
         for b in args.budgets
     ]

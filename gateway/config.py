@@ -236,9 +236,9 @@ class MemoryConfig(_Section):
     window_messages: int | None = Field(default=None, gt=0)  # overrides the window's count
     window_tokens: int | None = Field(default=None, gt=0)  # overrides the window's tokens
     # The cache-stable layout (docs/prompt-caching.md): None keeps the preset's; false
-    # rebuilds the memory message every turn (the layout before it), true gives a preset
-    # without one its defaults.
-    stable_layout: bool | None = None
+    # rebuilds the memory message every turn, true gives the preset the layout's
+    # defaults, a mapping its own shares ({recall_share: 0.3, …}).
+    stable_layout: bool | StableLayout | None = None
     # How many stored messages one request loads to reconcile a resent history.
     reconcile_tail: int = Field(default=64, gt=0)
     # The role of the injected memory message. user: a leading user-role message, for an
@@ -269,10 +269,17 @@ class MemoryConfig(_Section):
         if self.window_tokens is not None:
             window = window.model_copy(update={"tokens": self.window_tokens})
         update: dict[str, object] = {"window": window}
-        if self.stable_layout is False:
-            update["stable"] = None
-        elif self.stable_layout and base.stable is None:
-            update["stable"] = StableLayout()
+        stable = base.stable
+        if isinstance(self.stable_layout, StableLayout):
+            stable = self.stable_layout
+        elif self.stable_layout is False:
+            stable = None
+        elif self.stable_layout and stable is None:
+            stable = StableLayout()
+        if stable is not None and self.window_messages is not None:
+            # The layout counts its window itself: the override is its count too.
+            stable = stable.model_copy(update={"window_messages": self.window_messages})
+        update["stable"] = stable
         return base.model_copy(update=update)
 
 

@@ -163,6 +163,18 @@ def window_units(
     return [unit for unit in answered if unit]
 
 
+def kept_units(units: Sequence[Unit], keep_last: int, turn: Reconciled) -> int:
+    """How many of the newest units are always sent: those that hold the newest
+    ``keep_last`` messages, and the call that new tool results answer."""
+    keep = messages = 0
+    while keep < len(units) and messages < keep_last:
+        messages += len(units[keep])
+        keep += 1
+    if turn.new and turn.new[0].role == "tool" and units and keep == 0:
+        keep = 1  # tool results are never sent without the call they answer
+    return keep
+
+
 # Tiers that give a conversation's gist, which leave ``RecallTier.reserve`` to recall.
 _GIST = frozenset({"facts", "summaries", "rolling", "key_qa", "profile"})
 
@@ -306,13 +318,7 @@ def assemble(  # noqa: C901  (23: its order of filling is read best in one place
     (for the dates line)."""
     fixed = _tokens(turn.prompt) + _tokens(turn.new) + TOKENS_PER_REPLY
     units = window_units(turn, tiers, composition)
-    keep = 0
-    kept_messages = 0
-    while keep < len(units) and kept_messages < composition.window.keep_last:
-        kept_messages += len(units[keep])
-        keep += 1
-    if turn.new and turn.new[0].role == "tool" and units and keep == 0:
-        keep = 1  # tool results are never sent without the call they answer
+    keep = kept_units(units, composition.window.keep_last, turn)
 
     items = memory_items(tiers, pins, composition, count, profile)
     # With recall, fallbacks wait for it: recalled words are the better use of the room.

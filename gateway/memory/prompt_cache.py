@@ -111,9 +111,12 @@ def fingerprint(prints: Sequence[str]) -> str:
 
 
 def shared_tokens(current: str, previous: str) -> int:
-    """The tokens of the leading messages the two fingerprints have in common."""
+    """The tokens of the leading messages the two fingerprints have in common. The
+    previous one is read back from the session's meta: split only as far as the current
+    one goes, whatever its length."""
+    ours = current.split()
     shared = 0
-    for a, b in zip(current.split(), previous.split(), strict=False):
+    for a, b in zip(ours, previous.split(maxsplit=len(ours)), strict=False):
         tokens = a.rpartition(":")[2]
         if a != b or not tokens.isdigit():
             break

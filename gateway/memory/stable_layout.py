@@ -18,7 +18,8 @@ after the prompt is reused. Here what changes least comes first:
 4. late, in a message of its own, what is chosen for the new message: the dates (today's,
    and the window's) and the **recalled excerpts**, within ``recall_share`` (and what
    the rest leaves) — the part no cache can hold, kept small;
-5. the new messages.
+5. the new messages (new tool results come before the late message: they answer the
+   call the window ends with, and nothing may come between a call and its results).
 
 A turn's uncached tokens are then its previous answer, its recalled excerpts and its new
 message, except at the turns where the anchor moves.
@@ -37,6 +38,7 @@ from gateway.memory.assemble import (
     Receipt,
     Unit,
     fill_recall,
+    kept_units,
     window_units,
 )
 from gateway.memory.block import (
@@ -62,8 +64,9 @@ _WINDOW_PLACE = "before this one, since the memory above,"
 
 def tiers_before(tiers: Tiers, anchor: int) -> Tiers:
     """The tiers as they stand for the messages before ``anchor``: the summaries and facts
-    made of them alone, a fact superseded only by another of them. (What the window shows
-    verbatim needs no summary; and a job landing for it must not change the memory.)
+    made of them alone, a fact superseded only by another of them (and the one evolving
+    summary, as it stands). (What the window shows verbatim needs no summary; and a job
+    landing for it must not change the memory.)
 
     Kept with the tiers value (``Tiers.derived``): the same anchor finds it again while
     the stored tiers are unchanged, with the items made of it (``block.tier_items``)."""
@@ -76,7 +79,10 @@ def tiers_before(tiers: Tiers, anchor: int) -> Tiers:
     before = Tiers(
         version=tiers.version,
         summaries=tuple(s for s in tiers.summaries if s.end < anchor),
-        rolling=tiers.rolling if tiers.rolling and tiers.rolling.end < anchor else None,
+        # The one evolving summary has no version as of the anchor, and is all a seed
+        # preset remembers of what came before its window: shown as it stands (it changes
+        # when its job lands), never left out for reaching past the anchor.
+        rolling=tiers.rolling,
         key_qa=tiers.key_qa,
         facts=tuple(_current(fact, n, newest) for n, fact in enumerate(facts)),
         facts_end=min(tiers.facts_end, anchor - 1),
@@ -99,19 +105,9 @@ def stable_window(
     layout = composition.stable
     assert layout is not None
     units = window_units(turn, tiers, composition, messages=layout.window_messages)
-    keep = _kept_units(units, composition.window.keep_last, turn)
+    keep = kept_units(units, composition.window.keep_last, turn)
     target = min(int(layout.window_share * budget), most)
     return anchored(units, target, most, layout.step, keep)
-
-
-def _kept_units(units: Sequence[Unit], keep_last: int, turn: Reconciled) -> int:
-    keep = messages = 0
-    while keep < len(units) and messages < keep_last:
-        messages += len(units[keep])
-        keep += 1
-    if turn.new and turn.new[0].role == "tool" and units and keep == 0:
-        keep = 1  # tool results are never sent without the call they answer
-    return keep
 
 
 def _tokens(messages: Sequence[Message]) -> int:
@@ -238,7 +234,19 @@ def assemble_stable(
     )
     blocks = (memory,) if memory is not None else ()
     after = (late,) if late is not None else ()
-    return Context(messages=turn.prompt + blocks + window + after + turn.new, receipt=receipt)
+    # Tool results answer the call the window ends with: nothing may come between them
+    # (OpenAI refuses it), so the late message follows them.
+    results = _leading_results(turn.new)
+    new = turn.new[:results] + after + turn.new[results:]
+    return Context(messages=turn.prompt + blocks + window + new, receipt=receipt)
+
+
+def _leading_results(new: Sequence[Message]) -> int:
+    """How many of the new messages are tool results before any other."""
+    n = 0
+    while n < len(new) and new[n].role == "tool":
+        n += 1
+    return n
 
 
 def turn_end(turn: Reconciled) -> int:

@@ -70,7 +70,7 @@ class Images:
             return context
         rest = len(codec.dumps(context.openai_messages()))  # references are short
         room = self.max_request_bytes - rest - BODY_HEADROOM
-        first_new = len(context.messages) - len(plan.new)
+        first_new = _first_new(context.messages, plan.new)
         fitted = media_refs.fit(refs, room, first_new)
         if not fitted.fits:
             raise PayloadTooLarge(
@@ -119,3 +119,14 @@ class Images:
         if not blobs or self.mode != "store":
             return []
         return [blobs[sha] for sha in sorted(media_refs.named(messages)) if sha in blobs]
+
+
+def _first_new(messages: Sequence[Message], new: Sequence[Message]) -> int:
+    """Where the turn's new messages begin in its context: the last ones, but for the
+    cache-stable layout's late message, which follows new tool results (nothing may come
+    between a call and its results). The context holds the plan's own message objects."""
+    if new:
+        for i, message in enumerate(messages):
+            if message is new[0]:
+                return i
+    return len(messages) - len(new)

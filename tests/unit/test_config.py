@@ -18,7 +18,7 @@ from gateway.config import (
     load_settings,
     parse_settings,
 )
-from gateway.presets import PRESETS
+from gateway.presets import PRESETS, StableLayout
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -164,6 +164,27 @@ def test_window_overrides_preset() -> None:
     assert memory.composition.window.messages == 5
     assert memory.composition.window.tokens == 100
     assert memory.composition.chunks == PRESETS["progressive"].chunks
+
+
+def test_the_stable_layout_is_the_presets_on_off_or_its_own() -> None:
+    def layout(value: Any) -> Any:
+        memory = {"preset": "hybrid-recall", "stable_layout": value}
+        return parse_settings({"memory": memory}, environ={}).memory.composition.stable
+
+    assert layout(None) is None  # the preset's: hybrid-recall rebuilds its memory message
+    assert layout(True) == StableLayout()
+    assert layout(False) is None
+    assert layout({"recall_share": 0.3}) == StableLayout(recall_share=0.3)
+    counted = {"preset": "hybrid-recall", "stable_layout": True, "window_messages": 20}
+    stable = parse_settings({"memory": counted}, environ={}).memory.composition.stable
+    assert stable is not None and stable.window_messages == 20
+    with pytest.raises(ConfigError) as caught:
+        layout({"recall_shares": 0.3})
+    assert str(caught.value).startswith("memory.stable_layout")
+    prompt_cache = parse_settings({"upstream": {"prompt_cache": {"policy": "prefix"}}}, environ={})
+    assert prompt_cache.upstream.prompt_cache.policy == "prefix"
+    with pytest.raises(ConfigError):
+        parse_settings({"upstream": {"prompt_cache": {"policy": "anthropic"}}}, environ={})
 
 
 def test_custom_composition_replaces_the_preset() -> None:

@@ -98,28 +98,42 @@ def anchored(
     """The window (units, newest first, as far as loaded) from its anchor on: the start of
     the ``step`` of messages that holds the oldest unit of the newest ``target`` tokens, so
     that it holds those and less than a step more; where that is past ``most`` tokens (long
-    messages), the start of the half step that holds it, and so on.
+    messages), the start of the half step that holds it, and so on. Where what is loaded
+    does not reach back to that start (the window's count, not its tokens, is what binds:
+    short messages), the next step's start: a step less.
 
     As messages are added and the oldest unit within ``target`` moves forward, the
     anchor stays where it is until that unit passes into the next step: the window is
     appended to turn after turn and loses a step of messages at once (the only turns whose
     window changes, for a prompt cache). The newest ``keep`` units are kept whatever their
-    size; messages without an index (not stored) give no anchor: the newest ``target``.
+    size, and so are the newest messages without an index (not stored yet: imported this
+    turn, an edit's branch); a window of those alone gives no anchor: the newest ``target``.
     """
     within = _fitting(units, target, keep)
     if within <= keep or step <= 1 or units[within - 1][0].index <= 0:
         return list(units[:within])
     oldest = units[within - 1][0].index
+    loaded_from = units[-1][0].index
     # Long messages: a step's more may not fit; half a step's may (steps of a step are
     # fixed points too, passed more often).
     while step > 1:
         anchor = step_start(oldest, step)
-        if units[-1][0].index <= anchor:  # what is loaded reaches back to it
-            chosen = [unit for unit in units if unit[0].index >= anchor]
-            if _size(chosen) <= most:
-                return chosen
+        if loaded_from > anchor:  # not loaded back to it: the next step's start
+            anchor += step
+        chosen = _from_anchor(units, anchor)
+        if len(chosen) >= max(keep, 1) and _size(chosen) <= most:
+            return chosen
         step //= 2
     return list(units[:within])
+
+
+def _from_anchor(units: Sequence[tuple[Message, ...]], anchor: int) -> list[tuple[Message, ...]]:
+    """The newest units down to the one at ``anchor``: those not stored yet, then those
+    from ``anchor`` on (a unit starting before it, a call whose result is at it, is not)."""
+    n = 0
+    while n < len(units) and (units[n][0].index <= 0 or units[n][0].index >= anchor):
+        n += 1
+    return list(units[:n])
 
 
 def _fitting(units: Sequence[tuple[Message, ...]], tokens: int, keep: int) -> int:

@@ -3,10 +3,12 @@
 The pipeline is the service's, without IO: reconcile the request against the stored
 session, give every message its token count, assemble. Whatever the preset, the stored
 tiers, the budget or the shape of the request (only the new message, the whole history
-resent, tool results as the new messages, a history imported into an empty session):
+resent, tool results as the new messages, a history imported into an empty session, a
+resent history with a turn the store missed), with or without recalled excerpts and dates:
 
 (a) the client's system/developer prompt comes first, unchanged;
-(b) the new messages come last, unchanged;
+(b) the new messages come last, unchanged (the cache-stable layout's late message is
+    among them only after new tool results: nothing comes between a call and its results);
 (c) a tool result is never forwarded without the call it answers, and a call is never
     forwarded without its stored results;
 (d) the total stays within the budget whenever the parts that are always sent (prompt,
@@ -25,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.memory.assemble import Context, window_units
+from gateway.memory.assemble import Context, Recalled, window_units
 from gateway.memory.block import MEMORY_HEADER, RECALLED_HEADER, quoted
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.layout import build_context
@@ -88,6 +90,8 @@ class Scenario:
     new: tuple[Message, ...]
     stored: tuple[Message, ...]  # the whole stored conversation (not only the loaded tail)
     shape: str
+    now: float = 0.0  # the request's time (0: no dates)
+    recalled: tuple[Recalled, ...] = ()  # what recall found for the new message
 
 
 @st.composite
@@ -115,7 +119,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         if kind in ("turn", "assistant", "tools"):
             conversation.append(Message(role="assistant", content=text()))
 
-    shape = draw(st.sampled_from(["new only", "resend", "tool results", "import"]))
+    shape = draw(st.sampled_from(["new only", "resend", "tool results", "import", "missed turn"]))
     if shape == "tool results":
         ids = [f"call{next(counter)}" for _ in range(draw(st.integers(1, 3)))]
         conversation.append(Message(role="user", content=text()))
@@ -127,6 +131,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     else:
         conversation.append(Message(role="assistant", content=text()))
         new = (Message(role="user", content=text()),)
+    # A turn the client has and the store missed (Redis was away): imported before the new.
+    missed: tuple[Message, ...] = ()
+    if shape == "missed turn":
+        missed = (Message(role="user", content=text()), Message(role="assistant", content=text()))
 
     prompt = tuple(
         Message(role=draw(st.sampled_from(["system", "developer"])), content=text())
@@ -145,10 +153,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         state = SessionState(
             message_count=len(stored), tail=stored[len(stored) - loaded :], exists=bool(stored)
         )
-    resend = shape in ("resend", "import", "tool results (resend)")
-    history = tuple(conversation) if resend else ()
+    resend = shape in ("resend", "import", "tool results (resend)", "missed turn")
+    history = (*conversation, *missed) if resend else ()
     request = (*prompt, *history, *new)
-    return Scenario(state, request, prompt, new, stored, shape)
+    now = draw(st.sampled_from([0.0, 1_700_000_000.0]))
+    said = [m for m in stored if m.role in ("user", "assistant") and m.text]
+    hits = draw(st.lists(st.sampled_from(said), max_size=6, unique_by=id)) if said else []
+    recalled = tuple(Recalled(m) for m in hits)
+    return Scenario(state, request, prompt, new, stored, shape, now, recalled)
 
 
 @st.composite
@@ -268,6 +280,8 @@ def pipeline(
         budget_tokens=budget,
         memory_role=role,
         count=count,
+        recalled=scenario.recalled,
+        now=scenario.now,
     )
     return plan, context
 
@@ -294,9 +308,16 @@ def check(
     receipt = context.receipt
     prompt, new = scenario.prompt, scenario.new
 
-    # (a) the prompt first, unchanged; (b) the new messages last, unchanged.
+    # (a) the prompt first, unchanged; (b) the new messages last, unchanged (but for the
+    # late message, checked below).
+    late_at = [
+        i
+        for i, m in enumerate(out)
+        if isinstance(m.content, str) and m.content.startswith(RECALLED_HEADER)
+    ]
     assert wire(out[: len(prompt)]) == wire(prompt)
-    assert wire(out[len(out) - len(new) :]) == wire(new)
+    sent = [m for i, m in enumerate(out) if i not in late_at]
+    assert wire(sent[len(sent) - len(new) :]) == wire(new)
     assert len(out) >= len(prompt) + len(new)
 
     # (f) at most one memory message, right after the prompt.
@@ -315,13 +336,9 @@ def check(
     else:
         assert "memory" not in receipt.tiers
     # The cache-stable layout's late message (recalled excerpts, dates): just before the
-    # new messages, and only there.
-    late_at = [
-        i
-        for i, m in enumerate(out)
-        if isinstance(m.content, str) and m.content.startswith(RECALLED_HEADER)
-    ]
-    assert late_at in ([], [len(out) - len(new) - 1])
+    # new messages, or after the new tool results that open them; only there.
+    results = next((n for n, m in enumerate(new) if m.role != "tool"), len(new))
+    assert late_at in ([], [len(out) - (len(new) - results) - 1])
     assert not late_at or composition.stable is not None
     if late_at:
         assert out[late_at[0]].role == role

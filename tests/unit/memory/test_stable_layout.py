@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from gateway.memory.assemble import Context, Recalled
 from gateway.memory.block import MEMORY_HEADER, RECALLED_HEADER
 from gateway.memory.layout import build_context
-from gateway.memory.model import Fact, Message, Summary, Tiers
+from gateway.memory.model import Fact, Message, RollingSummary, Summary, Tiers
 from gateway.memory.prompt_cache import common_prefix
 from gateway.memory.reconcile import Reconciled
 from gateway.memory.stable_layout import tiers_before
@@ -150,3 +150,64 @@ def test_over_budget_only_what_is_always_sent() -> None:
     context = build(60, summaries((1, 10)), [Recalled(said(3))], budget=20)
     assert not any(m.text.startswith((MEMORY_HEADER, RECALLED_HEADER)) for m in context.messages)
     assert context.messages[-1].text == "question 61"
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+
+
+def test_new_tool_results_follow_their_call_and_the_late_message_follows_them() -> None:
+    """Nothing may come between a call and its results (OpenAI refuses it): the late
+    message goes after the new results, before a new message that is not one."""
+    asked = Message(role="assistant", content=None, index=61, tokens=10, tool_calls=(CALL,))
+    result = Message(role="tool", content="sunny", tool_call_id="c1", tokens=5)
+    question = Message(role="user", content="and tomorrow?", tokens=5)
+    for new in ((result,), (result, question)):
+        base = turn(60)
+        plan = Reconciled(prompt=base.prompt, prior=(*base.prior, asked), new=new, to_record=new)
+        context = build_context(
+            plan, tiers=Tiers(), pins=(), composition=STABLE, budget_tokens=400,
+            memory_role="system", count=count, recalled=[Recalled(said(3))],
+            now=1_700_000_000 + DAY,
+        )  # fmt: skip
+        texts = [m.text for m in context.messages]
+        at = texts.index("sunny")
+        assert context.messages[at - 1] is asked
+        assert context.messages[at + 1].text.startswith(RECALLED_HEADER)
+        assert context.messages[at + 2 :] == new[1:]
+
+
+def test_anchored_keeps_the_newest_messages_not_stored_yet() -> None:
+    """Messages a client resent that the store missed (imported this turn) or an edit's
+    branch come without an index, after every stored one: they are the window's newest."""
+    fresh = [(Message(role="user", content=f"imported {n}", tokens=10),) for n in range(3)]
+    units = fresh + [(said(i),) for i in range(30, 0, -1)]
+    window = anchored(units, target=100, most=500, step=8, keep=2)
+    assert window[:3] == fresh
+    assert [u[0].index for u in window[3:]] == list(range(30, 16, -1))  # from a step start
+
+
+def test_a_window_cut_by_its_count_still_moves_by_whole_steps() -> None:
+    """Short messages: the layout's count (here the 20 loaded), not the tokens, bounds
+    the window. Its anchor is still a step start, and stays for turns on end."""
+    starts = []
+    for newest in range(40, 72, 2):
+        units = [(said(i, tokens=3),) for i in range(newest, newest - 20, -1)]
+        window = anchored(units, target=1000, most=1000, step=8, keep=2)
+        starts.append(window[-1][0].index)
+    assert all((start - 1) % 8 == 0 for start in starts)
+    assert len(set(starts)) <= len(starts) // 4 + 1  # moved once every 4 turns at most
+
+
+def test_the_one_evolving_summary_is_shown_as_it_stands() -> None:
+    """It has no version as of the anchor, and it is the seed presets' only memory of what
+    came before the window: left out while it reached past the anchor, it never showed."""
+    for preset in ("recursive-summary", "rolling-summary"):
+        composition = PRESETS[preset].model_copy(update={"stable": StableLayout()})
+        for n in (60, 100, 140):
+            story = RollingSummary("the story so far " * 20, 1, n - 10, version=3, turn=2)
+            context = build_context(
+                turn(n), tiers=Tiers(rolling=story), pins=(), composition=composition,
+                budget_tokens=3000, memory_role="system", count=count,
+            )  # fmt: skip
+            assert context.messages[1].text.startswith(MEMORY_HEADER), (preset, n)
+            assert "the story so far" in context.messages[1].text
