@@ -430,7 +430,11 @@ def run_gateway(
                     _send(client, session, turn)
                     meter.measure(replay, number, fake.forwarded[-1])
                     client.post(f"/memory/sessions/{session}/flush", json={}).raise_for_status()
-                log(f"{row.name} @ {budget}: {session} replayed ({len(replay.turns)} turns)")
+                asked = sum(1 for t in replay.turns if t.question is not None)
+                log(
+                    f"{row.name} @ {budget}: {session} replayed "
+                    f"({len(replay.turns) - asked} turns, {asked} questions)"
+                )
     row.seconds = time.monotonic() - started
     return row
 

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
 
 from gateway.presets import PRESETS, Composition, PresetName, StableLayout
 
@@ -238,7 +245,7 @@ class MemoryConfig(_Section):
     # The cache-stable layout (docs/prompt-caching.md): None keeps the preset's; false
     # rebuilds the memory message every turn, true gives the preset the layout's
     # defaults, a mapping its own shares ({recall_share: 0.3, …}).
-    stable_layout: bool | StableLayout | None = None
+    stable_layout: StrictBool | StableLayout | None = None
     # How many stored messages one request loads to reconcile a resent history.
     reconcile_tail: int = Field(default=64, gt=0)
     # The role of the injected memory message. user: a leading user-role message, for an
@@ -505,12 +512,33 @@ def expand_env(value: Any, environ: dict[str, str], path: str = "") -> Any:
     return expanded
 
 
+# Errors that only say the value is not of one of a union's kinds (``true`` or a mapping):
+# noise beside another kind's error about the same key.
+_WRONG_KIND = frozenset(
+    {"bool_type", "bool_parsing", "model_type", "dict_type", "model_attributes_type"}
+)
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    """A setting's dotted path, without pydantic's names for a union's kinds ("bool",
+    "function-after[…]", a class name): keys are lower_snake_case."""
+    keys = [str(part) for part in loc]
+    kept = [k for k in keys if not (k[:1].isupper() or "[" in k or k in ("bool", "int", "str"))]
+    return ".".join(kept)
+
+
 def _format_errors(error: ValidationError) -> str:
+    items = [(_key_path(item["loc"]), item) for item in error.errors()]
     lines = []
-    for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+    for path, item in items:
+        if item["type"] in _WRONG_KIND and any(
+            other[0].startswith(path) and other[1]["type"] not in _WRONG_KIND for other in items
+        ):
+            continue
         message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
-        lines.append(f"{path}: {message}")
+        line = f"{path or '(top level)'}: {message}"
+        if line not in lines:
+            lines.append(line)
     return "; ".join(lines)
 
 

@@ -162,6 +162,14 @@ class StableLayout(_Section):
     # layout's); at most what a request loads (memory.reconcile_tail).
     window_messages: int = Field(default=48, gt=0)
 
+    @model_validator(mode="after")
+    def _shares_fit(self) -> StableLayout:
+        # More than the whole budget: the window is squeezed to its newest messages and
+        # moves every turn, the opposite of what the layout is for.
+        if self.memory_share + self.window_share + self.recall_share > 1:
+            raise ValueError("memory_share + window_share + recall_share must be at most 1")
+        return self
+
 
 TierName = Literal[
     "window_keep",

@@ -161,9 +161,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "its stable layout)",
         "window_tokens": "overrides the window's token cap of the preset",
         "stable_layout": "the cache-stable layout (docs/prompt-caching.md): `true` gives the "
-        "preset one with its defaults, a mapping its own (`{recall_share: 0.3}`, the keys of "
-        "`memory.tiers.stable`), `false` rebuilds the memory message every turn; unset: the "
-        "preset's",
+        "preset one with its defaults, a mapping its own settings (the keys of "
+        "`memory.tiers.stable`; a larger recall share wants a larger budget: see the "
+        "frontier there), `false` rebuilds the memory message every turn; unset: the preset's",
         "reconcile_tail": "stored messages loaded per request to line up a resent history",
         "memory_role": "role of the injected memory message; `user` gives it no system authority",
         "receipts": "receipts of the last recorded turns kept per session (the inspector's "

@@ -277,15 +277,18 @@ def span(value: Any) -> str:
     return str(start) if start == end else f"{start}-{end}"
 
 
-def ranges(indexes: Sequence[int]) -> str:
-    """``[5, 6, 7, 9]`` as ``5-7, 9``."""
+def ranges(indexes: Sequence[int | str]) -> str:
+    """``[5, 6, 7, 9]`` as ``5-7, 9``. A receipt's recalled keys are strings: "12" in
+    this session, "<session>#5" in another (listed as they are, after the runs)."""
+    numbers = sorted(int(i) for i in indexes if isinstance(i, int) or str(i).isdigit())
+    others = [str(i) for i in indexes if not (isinstance(i, int) or str(i).isdigit())]
     runs: list[list[int]] = []
-    for index in sorted(indexes):
+    for index in numbers:
         if runs and index == runs[-1][1] + 1:
             runs[-1][1] = index
         else:
             runs.append([index, index])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return ", ".join([*(str(a) if a == b else f"{a}-{b}" for a, b in runs), *others])
 
 
 def bar(part: float, whole: float, width: int = BAR_CHARS) -> str:

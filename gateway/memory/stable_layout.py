@@ -221,7 +221,6 @@ def assemble_stable(
     if late is not None:
         tier_tokens["recall"] = late.tokens
     tier_tokens["new"] = _tokens(turn.new)
-    every = [*chosen, *picked]
     receipt = Receipt(
         tiers=tier_tokens,
         window_indexes=tuple(m.index for m in window if m.index),
@@ -229,7 +228,8 @@ def assemble_stable(
         summaries=tuple(item.key for item in chosen if item.section == "summaries"),
         pins=tuple(item.key for item in chosen if item.section == "pins"),
         recalled=tuple(item.key for item in picked),
-        memory_sections=section_tokens(every),
+        # The memory message's sections only: the late message is a tier of its own.
+        memory_sections=section_tokens(chosen),
         dropped={k: v for k, v in dropped.items() if v},
     )
     blocks = (memory,) if memory is not None else ()

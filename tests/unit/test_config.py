@@ -180,7 +180,13 @@ def test_the_stable_layout_is_the_presets_on_off_or_its_own() -> None:
     assert stable is not None and stable.window_messages == 20
     with pytest.raises(ConfigError) as caught:
         layout({"recall_shares": 0.3})
-    assert str(caught.value).startswith("memory.stable_layout")
+    # The key named, not the union's other kind ("should be a valid boolean").
+    assert str(caught.value) == "memory.stable_layout.recall_shares: unknown key"
+    with pytest.raises(ConfigError) as caught:
+        layout({"memory_share": 0.5, "window_share": 0.4, "recall_share": 0.3})
+    assert "at most 1" in str(caught.value)
+    with pytest.raises(ConfigError):
+        layout("yes")  # true or false, not a word that reads like one
     prompt_cache = parse_settings({"upstream": {"prompt_cache": {"policy": "prefix"}}}, environ={})
     assert prompt_cache.upstream.prompt_cache.policy == "prefix"
     with pytest.raises(ConfigError):

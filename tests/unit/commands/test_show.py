@@ -11,6 +11,8 @@ from gateway.ui.present import ago, human_bytes, message_text
 def test_ranges() -> None:
     assert ranges([9, 5, 6, 7, 11, 12]) == "5-7, 9, 11-12"
     assert ranges([]) == ""
+    # A receipt's recalled keys, as stored: strings, some of another session.
+    assert ranges(["12", "11", "s-other#5", "14"]) == "11-12, 14, s-other#5"
 
 
 @pytest.mark.parametrize(

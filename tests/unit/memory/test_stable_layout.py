@@ -78,6 +78,9 @@ def test_the_order_is_prompt_memory_window_recalled_new() -> None:
     assert all(m.index for m in window) and roles[2:-2] == [m.role for m in window]
     assert context.receipt.tiers["recall"] == late.tokens
     assert context.receipt.recalled == ("3",)
+    # The memory message's sections only (the inspector splits the memory tier by them):
+    # the late message is a tier of its own.
+    assert set(context.receipt.memory_sections) == {"summaries"}
     assert context.receipt.total_tokens <= 1000
 
 
