@@ -99,7 +99,8 @@ class Caller:
 
     tenant: str  # the tenant id memory is keyed by ("" until resolved)
     key_id: str  # the key's hash (logs, quotas)
-    upstream_key: str | None  # sent upstream in place of the client's key (None: theirs)
+    # Sent upstream in place of the client's key (None: theirs; "": none at all).
+    upstream_key: str | None
     users: frozenset[str] | None  # the user ids it may act for (None: any)
     trusts_user_header: bool = True
     quota_bytes: int | None = None
@@ -246,7 +247,9 @@ class Authenticator:
         record = self.registry.lookup(key) if key else None
         if record is None:
             raise Unauthorized("invalid API key for this gateway", code="invalid_api_key")
-        upstream = self.upstream_api_key
+        # A key the gateway issued never leaves it: with no upstream key configured the
+        # request goes without one (a local server that needs none), not with the client's.
+        upstream = self.upstream_api_key or ""
         if record.upstream_key is not None:
             upstream = self.config.upstream_keys[record.upstream_key]
         # A NUL can be in no Authorization header: no client key of forward mode can name

@@ -107,6 +107,11 @@ class Passthrough:
             strip_gateway_headers=True,
             identity_encoding=False,
         )
+        if body is None and not _has_body(request):
+            # No body at all (a GET): none upstream either, not an empty chunked one (an
+            # upstream that reads none on a GET kept its terminator in the connection,
+            # and the next request on it failed).
+            body = b""
         opening = self.upstream.open(
             request.method,
             path,
@@ -130,3 +135,9 @@ class Passthrough:
         elif 200 <= upstream.status_code < 300:
             self.auth.accepted(request.headers)
         return streamed(upstream, relay_stream(upstream), decoded=False, extra=extra)
+
+
+def _has_body(request: Request) -> bool:
+    """Whether the client's request has a body (RFC 9112 §6: its length is declared)."""
+    length = request.headers.get("content-length")
+    return "transfer-encoding" in request.headers or (length is not None and length != "0")

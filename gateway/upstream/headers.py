@@ -27,6 +27,14 @@ GATEWAY_REQUEST_HEADERS = frozenset({"x-session-id", "x-user-id", "x-memory-mode
 # Which upstream account a request bills and sees: the client's to choose only with its
 # own key, never with the operator's.
 ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
+# The client's other credentials: they go nowhere when the gateway sends its own key (or
+# none): an Azure- or Anthropic-style key, a cookie.
+CREDENTIAL_HEADERS = frozenset({"api-key", "x-api-key", "cookie"})
+# What earlier proxies said of the client: the client's own word, to nobody's use
+# upstream (the gateway is the upstream's client), and its address is the client's data.
+FORWARDING_HEADERS = frozenset(
+    {"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+)
 # Our own server writes these on every response: relayed too, a response had two of each.
 SERVER_RESPONSE_HEADERS = frozenset({"date", "server"})
 
@@ -46,18 +54,20 @@ def request_headers(
     strip_gateway_headers: bool,
     identity_encoding: bool,
 ) -> list[tuple[str, str]]:
-    """Headers to send upstream for a client's request."""
+    """Headers to send upstream for a client's request. ``api_key``: the key sent in the
+    client's stead ("": none at all; None: the client's own, as it sent it)."""
     headers = list(headers)
-    drop = HOP_BY_HOP | _connection_tokens(headers) | {"host", "content-length"}
+    drop = HOP_BY_HOP | FORWARDING_HEADERS | _connection_tokens(headers)
+    drop |= {"host", "content-length"}
     if strip_gateway_headers:
         drop |= GATEWAY_REQUEST_HEADERS
     if api_key is not None:
-        drop |= {"authorization"} | ACCOUNT_HEADERS
+        drop |= {"authorization"} | ACCOUNT_HEADERS | CREDENTIAL_HEADERS
     if identity_encoding:
         # We must read the answer to record it: ask for it uncompressed.
         drop |= {"accept-encoding"}
     out = [(name, value) for name, value in headers if name.lower() not in drop]
-    if api_key is not None:
+    if api_key:
         out.append(("authorization", f"Bearer {api_key}"))
     if identity_encoding:
         out.append(("accept-encoding", "identity"))

@@ -147,6 +147,26 @@ def test_a_gateway_key_names_its_tenant_and_the_upstream_gets_the_operator_key(
     other.http.close()
 
 
+def test_a_key_the_gateway_issued_never_goes_upstream(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
+) -> None:
+    # Keys mode, and neither upstream.api_key nor the key's upstream_key: a local server
+    # that needs no key. The issued key is the gateway's alone: the upstream gets none
+    # (before, it got the client's, "mg-…" or not, sent to a third party).
+    key = "gw-key-local-0123456789"
+    auth = {"mode": "keys", "keys": [{"key": key, "tenant": "team-l"}]}
+    gateway = make_gateway(auth=auth, upstream={"passthrough": None})
+    extra = {"api-key": key, "x-api-key": key, "cookie": f"k={key}"}
+    say(sdk(gateway, key, session_id, **extra), "hello")
+    models = httpx.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+    assert models.status_code == 200
+    seen = fake_upstream.proxied_requests()[-2:]
+    assert [r.path for r in seen] == ["/v1/chat/completions", "/v1/models"]
+    for request in seen:
+        assert "authorization" not in request.headers
+        assert all(key not in value for value in request.headers.values())
+
+
 def test_a_gateway_key_acts_only_for_its_users(
     keyed: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
 ) -> None:

@@ -164,3 +164,27 @@ def test_inputs_may_be_any_iterable() -> None:
 
     assert req(iter(gen())) == [("X-B", "2")]
     assert response_headers(iter(gen()), decoded=False) == [("X-B", "2")]
+
+
+def test_no_key_at_all_drops_the_clients_and_sends_none() -> None:
+    sent = [("Authorization", "Bearer mg-issued"), ("OpenAI-Project", "p"), ("X-A", "a")]
+    assert req(sent, api_key="") == [("X-A", "a")]
+
+
+@pytest.mark.parametrize("api_key", ["sk-gw", ""])
+def test_the_clients_other_credentials_go_nowhere_with_the_gateways_key(api_key: str) -> None:
+    sent = [("api-key", "azure"), ("X-Api-Key", "anthropic"), ("Cookie", "s=1"), ("X-A", "a")]
+    assert names(req(sent, api_key=api_key)) == ["x-a"] + (["authorization"] if api_key else [])
+    assert req(sent, api_key=None) == sent  # the client's own key: its headers as it sent them
+
+
+def test_what_earlier_proxies_said_of_the_client_is_not_forwarded() -> None:
+    sent = [
+        ("Forwarded", "for=10.0.0.1"),
+        ("X-Forwarded-For", "10.0.0.1"),
+        ("X-Forwarded-Host", "internal"),
+        ("X-Forwarded-Proto", "http"),
+        ("X-Real-IP", "10.0.0.1"),
+        ("User-Agent", "OpenAI/Python"),
+    ]
+    assert req(sent) == [("User-Agent", "OpenAI/Python")]
