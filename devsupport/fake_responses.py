@@ -155,6 +155,8 @@ async def stream_events(
         return _event(kind, next(numbers), **fields)
 
     yield event("response.created", response=response_object(response_id, body, [], "in_progress"))
+    if model == "malformed-sse":  # one event whose data is not JSON, the rest as usual
+        yield b"event: response.in_progress\ndata: {not json\n\n"
     yield event(
         "response.in_progress", response=response_object(response_id, body, [], "in_progress")
     )

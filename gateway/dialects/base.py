@@ -77,6 +77,11 @@ class StreamWatcher(Protocol):
         """An in-band error event in this API's shape."""
         ...
 
+    def acknowledgement(self) -> bytes:
+        """The acknowledging event, for a stored answer whose upstream ended without it
+        (b"": none can be made: Responses' ``response.completed`` carries the response)."""
+        ...
+
 
 class Dialect(Protocol):
     name: str

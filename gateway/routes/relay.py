@@ -116,7 +116,10 @@ async def relay_watched(
     The answer is recorded (``record``, None: not to be; False when it was not) on the
     acknowledging event (chat's ``[DONE]``, Responses' ``response.completed``) before
     that event is passed on (or, for chat, when the upstream closes after a
-    ``finish_reason``); see the dialect's watch for what counts. Its usage goes with it:
+    ``finish_reason``: ``[DONE]`` is then the gateway's); see the dialect's watch for
+    what counts. The acknowledging event reaches the client only for a stored turn: a
+    turn that is not (the store failed, the stream was malformed) ends with an error
+    event instead. Its usage goes with it:
     chat's usage chunk comes before ``[DONE]``, Responses' usage is in the completed
     event. ``over`` is told when the stream is over, however it ended (a client that
     left included).
@@ -129,8 +132,10 @@ async def relay_watched(
         if watch.recordable:
             return await record(watch.message(), watch.usage)
         if watch.unreadable:
-            # Relayed untouched, as it came; the client can tell it is malformed.
+            # Relayed untouched, as it came; not stored, so not acknowledged either (the
+            # client gets an error event in place of [DONE] / response.completed).
             log.warning("turn not recorded: the upstream stream was malformed")
+            return False
         return True
 
     done_recording = False
@@ -160,18 +165,9 @@ async def relay_watched(
         watch.close()
         # ``held`` is an event the upstream never ended: a client discards it (SSE), so
         # it is dropped, and an error event after it is read whole.
-        if not watch.ended:
-            # A clean close in mid-answer is a break all the same; without this event the
-            # client would take the truncated answer for the whole one.
-            log.warning("upstream closed the stream before the answer ended")
-            metrics.stream_error("upstream_stream_incomplete")
-            yield watch.error_event(
-                "the upstream closed the stream before the answer ended",
-                "upstream_error",
-                "upstream_stream_incomplete",
-            )
-        elif not done_recording and not await recorded(watch):
-            yield watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
+        last = await _closing_event(watch, done_recording, recorded, record is not None)
+        if last:
+            yield last
     except UpstreamStreamBroken as error:
         # Headers are gone: report in-band, and no [DONE] so the client knows.
         log.warning("upstream stream ended abnormally: %s", error)
@@ -180,6 +176,32 @@ async def relay_watched(
     finally:
         over(watch)
         await close_quietly(upstream)
+
+
+async def _closing_event(
+    watch: StreamWatcher,
+    done_recording: bool,
+    recorded: Callable[[StreamWatcher], Awaitable[bool]],
+    stores: bool,
+) -> bytes:
+    """What follows a stream the upstream closed cleanly (b"": nothing)."""
+    if not watch.ended:
+        # A clean close in mid-answer is a break all the same; without this event the
+        # client would take the truncated answer for the whole one.
+        log.warning("upstream closed the stream before the answer ended")
+        metrics.stream_error("upstream_stream_incomplete")
+        return watch.error_event(
+            "the upstream closed the stream before the answer ended",
+            "upstream_error",
+            "upstream_stream_incomplete",
+        )
+    if done_recording:
+        return b""
+    # Ended without its acknowledging event (a finish_reason, then the close): the
+    # gateway acknowledges a stored turn itself, and says so when it is not stored.
+    if not await recorded(watch):
+        return watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
+    return watch.acknowledgement() if stores and watch.recordable else b""
 
 
 def raw_headers(

@@ -4,6 +4,7 @@ fake upstream's Responses API, real Redis."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 from collections import Counter
@@ -223,6 +224,25 @@ def test_a_failed_stream_is_not_recorded(
     client = sdk(gateway, api_key, session_id)
     events = list(client.responses.create(model="fail-stream", input="hello", stream=True))
     assert events[-1].type == "response.failed"
+    assert stored_log(redis_server, api_key, session_id) == []
+
+
+def test_a_malformed_stream_is_not_acknowledged_since_it_is_not_stored(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    # One event whose data is not JSON, then the answer and response.completed: the
+    # gateway cannot vouch for what it read, stores nothing, and says so in place of
+    # response.completed (before, the client got response.completed and "ok").
+    response = httpx.post(
+        gateway.url + "/v1/responses",
+        json={"model": "malformed-sse", "input": "hello", "stream": True},
+        headers={"Authorization": f"Bearer {api_key}", "X-Session-Id": session_id},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    kinds = re.findall(r"^event: (\S+)", response.text, flags=re.MULTILINE)
+    assert "response.completed" not in kinds and kinds[-1] == "error"
+    assert '"memory_not_recorded"' in response.text.rstrip().rsplit("\n", 1)[-1]
     assert stored_log(redis_server, api_key, session_id) == []
 
 

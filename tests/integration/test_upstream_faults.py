@@ -226,7 +226,9 @@ def test_sdk_raises_on_a_broken_stream(
 # --- Malformed streams --------------------------------------------------------------------
 
 # What the gateway records for each malformed stream (the bytes are relayed untouched):
-# only an answer it could read whole, from a stream that ended cleanly.
+# only an answer it could read whole, from a stream that ended cleanly. The stream is
+# acknowledged ([DONE]) only when its turn was stored: the gateway adds it after a clean
+# close without one, and sends an error event in its place for a turn it did not store.
 MALFORMED: dict[str, bool] = {
     "malformed-sse": False,  # a data line of broken JSON: the SDK raises on it
     "sse-noise": True,  # comments and non-field lines: ignored, per the SSE spec
@@ -258,9 +260,17 @@ def test_malformed_stream_is_relayed_untouched_and_recorded_only_if_readable(
     )
     response = chat(gateway, api_key, session_id, model, stream=True)
     assert response.status_code == 200
-    # Byte for byte what the upstream sent (its completion ids aside).
-    assert _without_ids(response.content) == _without_ids(direct.content)
-    assert not any('"error"' in event for event in data_events(response))
+    # Byte for byte what the upstream sent (its completion ids aside) up to its [DONE].
+    done = b"data: [DONE]\n\n"
+    relayed, sent = _without_ids(response.content), _without_ids(direct.content)
+    answered = sent.split(done)[0]
+    if MALFORMED[model]:
+        assert relayed == answered + done  # the upstream's [DONE], or the gateway's
+        assert not any('"error"' in event for event in data_events(response))
+    else:
+        assert relayed.startswith(answered) and done not in relayed
+        last = json.loads(data_events(response)[-1])
+        assert last["error"]["code"] == "memory_not_recorded"
     answer = "ack: hi there" + (f" {BIG_WORD}" if model == "sse-big-chunk" else "")
     expected = [("user", "hi there"), ("assistant", answer)] if MALFORMED[model] else []
     assert turns(redis_server, api_key, session_id) == expected

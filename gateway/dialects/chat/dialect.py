@@ -30,6 +30,9 @@ class ChatWatch(StreamWatch):
     def error_event(self, message: str, type_: str, code: str) -> bytes:
         return sse_error_event(message, type_, code)
 
+    def acknowledgement(self) -> bytes:
+        return b"data: [DONE]\n\n"
+
 
 class ChatDialect:
     name = "chat.completions"

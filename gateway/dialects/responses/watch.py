@@ -147,6 +147,10 @@ class ResponsesWatch:
     def error_event(self, message: str, type_: str, code: str) -> bytes:
         return error_event(message, code, self._sequence + 1)
 
+    def acknowledgement(self) -> bytes:
+        # Its stream ends with response.completed or it failed: never stored without it.
+        return b""
+
 
 def _line_start(chunk: bytes, at: int) -> int:
     return max(chunk.rfind(b"\n", 0, at), chunk.rfind(b"\r", 0, at)) + 1
