@@ -127,8 +127,9 @@ class MemoryService:
         if loaded.usage is not None and identity.quota_bytes is not None:
             check_quota(loaded.usage, identity.quota_bytes)
         state = loaded.state
-        if identity.users is not None and state.exists and state.user_id not in identity.users:
-            # Another user's session, to a key limited to its users: as if it did not exist.
+        if state.exists and not _users_session(state.user_id, identity):
+            # Another user's session, to a key limited to its users or to a request naming
+            # another user: as if it did not exist (its user is set once: record.lua).
             raise NotFound(f"session {identity.session_id!r} not found", param="session_id")
         archive = None
         if tier is not None:
@@ -212,3 +213,10 @@ class MemoryService:
         if identity.user_id is None or not wants_user:
             return None
         return UserKeys(identity.tenant, identity.user_id)
+
+
+def _users_session(owner: str | None, identity: Identity) -> bool:
+    """Whether a session of ``owner`` (None: no user yet) is open to this request."""
+    if identity.users is not None and owner not in identity.users:
+        return False
+    return owner is None or identity.user_id is None or identity.user_id == owner

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from gateway.config import MemoryConfig
-from gateway.errors import PayloadTooLarge
+from gateway.errors import NotFound, PayloadTooLarge
 from gateway.memory import images as media
 from gateway.memory.branches import facts_after_branch
 from gateway.memory.jobs import Job, schedule
@@ -27,7 +27,13 @@ from gateway.service.turn_images import Images, ingested
 from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.catalog import REFRESH_S, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import Joining, Predicted, StoreUnavailable, TailMoved
+from gateway.store.redis_store import (
+    Joining,
+    Predicted,
+    SessionOwned,
+    StoreUnavailable,
+    TailMoved,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +147,8 @@ class Recorder:
             try:
                 await self._record_once(turn, answer, now, record_id, receipt)
                 return
+            except SessionOwned:
+                raise  # another user's session: no retry will make it this one's
             except StoreUnavailable:
                 if time.monotonic() + pause > deadline:
                     raise
@@ -215,9 +223,14 @@ class Recorder:
         model = self.planner.counter.default_model  # an import names no model
         messages, blobs = await ingested(messages)
         state = await self.store.sessions.load(keys, self.config.reconcile_tail)
+        if user_id is not None and state.user_id not in (None, user_id):
+            raise _not_found(keys)  # another user's session (its user is set once)
         for part in record_batches(messages, IMPORT_BATCH, self.config.max_record_bytes):
             batch = await self.planner.counted_off_loop(tuple(part), model)
-            state = await self._append(keys, user_id, batch, stored=state, now=now, blobs=blobs)
+            try:
+                state = await self._append(keys, user_id, batch, stored=state, now=now, blobs=blobs)
+            except SessionOwned:
+                raise _not_found(keys) from None  # another user's first turn won a race
         return state.message_count
 
     async def _append(
@@ -344,3 +357,7 @@ class Recorder:
 
     async def _end_sessions(self, user: UserKeys, session_ids: Sequence[str]) -> None:
         await self.store.queue.end_sessions(user, session_ids, END_JOB)
+
+
+def _not_found(keys: SessionKeys) -> NotFound:
+    return NotFound(f"session {keys.session_id!r} not found", param="session_id")

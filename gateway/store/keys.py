@@ -284,7 +284,8 @@ _RL = PREFIX + ":{rl.<tenant>}:<scope>:"
 # Every family of keys the gateway writes, in the order the docs show them.
 SCHEMA: tuple[KeyShape, ...] = (
     KeyShape(_S + "meta", "hash", RETENTION,
-             "sid, user_id, created, updated, turns, ended, bytes (the quota's share); gen "
+             "sid, user_id (set once, by the first turn naming a user), created, updated, turns, "
+             "ended, bytes (the quota's share); gen "
              "(the log's generation: new when its end is replaced), prev and kept (the "
              "generation before, and how many messages it kept); rec, rec_first, rec_pred "
              "(the last record's id and outcome: a retried record appends nothing); "

@@ -32,7 +32,7 @@ from gateway.store.link import RedisLink
 from gateway.store.parsed_messages import ParsedMessages
 from gateway.store.queue import STREAM_MAXLEN, JobNotice, JobQueue
 from gateway.store.redis_server import RedisServer
-from gateway.store.sessions import Loaded, Sessions, TailMoved
+from gateway.store.sessions import Loaded, SessionOwned, Sessions, TailMoved
 from gateway.store.tiers_cache import TiersCache
 from gateway.store.users import IDLE_BATCH, Joining, Users
 
@@ -47,6 +47,7 @@ __all__ = [
     "Predicted",
     "Recorded",
     "RedisStore",
+    "SessionOwned",
     "StoreUnavailable",
     "TailMoved",
     "create_client",

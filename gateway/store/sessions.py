@@ -39,6 +39,14 @@ from gateway.store.queue import announce
 from gateway.store.tiers_cache import TiersCache
 from gateway.store.users import Joining, Users, add_user_session, ask_idle, idle_of
 
+# record.lua's ``first`` when the session is another user's.
+OWNED = -2
+
+
+class SessionOwned(StoreUnavailable):
+    """A record naming a user found the session another user's (its user is set once,
+    atomically with its first user's turn): nothing was appended. Not retried."""
+
 
 class TailMoved(StoreUnavailable):
     """A record that relied on the log's length found another turn had landed first.
@@ -279,6 +287,8 @@ class Sessions:
         if recorded.first < 0:
             # Nothing was appended: the bytes counted beside the script are taken back.
             await self._calls.execute([("DECRBY", usage, appended)], op="record")
+            if recorded.first == OWNED:
+                raise SessionOwned(f"session {keys.session_id!r} is another user's")
             raise TailMoved(f"expected {expected_count} messages, found {recorded.count}")
         if recorded.repeated:  # done before, and its bytes counted then
             await self._calls.execute([("DECRBY", usage, appended)], op="record")

@@ -181,6 +181,30 @@ def test_a_gateway_key_acts_only_for_its_users(
     assert httpx.get(gateway.url + "/memory/users/alice", headers=key).status_code == 200
 
 
+def test_a_key_for_any_user_cannot_move_a_session_to_another_user(
+    keyed: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
+) -> None:
+    gateway = keyed()
+    key = {"Authorization": "Bearer gw-key-any-user-0123456"}
+    alice = {"X-Session-Id": session_id, "X-User-Id": "alice"}
+    assert chat(gateway, key, **alice).status_code == 200
+    # bob's turn on alice's session: as if it did not exist (before: 200, and bob owned it).
+    envelope(chat(gateway, key, **{**alice, "X-User-Id": "bob"}), 404, "not_found")
+    forwarded = len(fake_upstream.proxied_requests())
+    body = {"messages": [{"role": "user", "content": "bob was here"}]}
+    imported = httpx.post(
+        f"{gateway.url}/memory/sessions/{session_id}/messages",
+        json=body,
+        headers={**key, "X-User-Id": "bob"},
+    )
+    envelope(imported, 404, "not_found")
+    assert len(fake_upstream.proxied_requests()) == forwarded  # nothing went upstream
+    # alice's session is still hers, whole.
+    say(sdk(gateway, "gw-key-any-user-0123456", session_id, **{"X-User-Id": "alice"}), "more")
+    state = httpx.get(f"{gateway.url}/memory/sessions/{session_id}", headers=key).json()
+    assert state["user_id"] == "alice" and state["message_count"] == 4
+
+
 def test_keys_made_through_the_admin_api_work_and_revoked_ones_stop_on_every_replica(
     keyed: GatewayFactory, fake_upstream: FakeUpstream, session_id: str
 ) -> None:

@@ -152,8 +152,13 @@ def test_no_tenant_ever_sees_another_tenants_messages(
         users = [f"u-{nonce}-{k}" for k in range(2)]
         seen_before = len(fake_upstream.chat_requests())
         used: set[tuple[int, int]] = set()
+        # A session's user is set once, by the first turn naming one (another user's turn
+        # on it is a 404, test_auth): later sends name that one.
+        owners: dict[tuple[int, int], int] = {}
         for n, (who, sid, uid, kind) in enumerate(sends):
             tenant = crowd[who]
+            if uid is not None:
+                uid = owners.setdefault((who, sid), uid)
             # Shared words ("zebra", "budget") make every tenant's messages match every
             # question: only the tenant boundary can keep them apart.
             text = {
@@ -169,7 +174,8 @@ def test_no_tenant_ever_sees_another_tenants_messages(
             if ends:  # the user's history and cross-session profile are built from ended ones
                 assert crowd[who].http.post(base + "/end").status_code == 200
         for who, sid in sorted(used):  # one more turn each, with every tier there is to forward
-            crowd[who].chat(sessions[sid], users[0], "what is my budget? zebra")
+            user = users[owners.get((who, sid), 0)]
+            crowd[who].chat(sessions[sid], user, "what is my budget? zebra")
 
         for tenant in crowd:
             others = [t.marker for t in crowd if t is not tenant]

@@ -122,6 +122,25 @@ def test_a_record_planned_for_another_length_writes_nothing(client: Any, keys: S
     assert client.llen(keys.log) == 2
 
 
+def test_a_sessions_user_is_set_once_by_the_record_itself(client: Any, keys: SessionKeys) -> None:
+    # Without a user, then alice's: her session. Then bob's turn (a race lost, or a key
+    # acting for any user) appends nothing and changes nothing (before: bob became owner).
+    run(client, "record", append(keys, ["hi", "hello"]).encode())
+    first = Recorded.decode(
+        run(client, "record", append(keys, ["a", "b"], user_id="alice").encode())
+    )
+    assert first.new_user and first.count == 4
+    owned = Recorded.decode(run(client, "record", append(keys, ["c", "d"], user_id="bob").encode()))
+    assert owned.first == -2 and owned.count == 4
+    assert client.llen(keys.log) == 4 and client.hget(keys.meta, "user_id") == b"alice"
+    again = Recorded.decode(
+        run(client, "record", append(keys, ["e", "f"], user_id="alice").encode())
+    )
+    assert again.first == 5 and not again.new_user
+    anyone = Recorded.decode(run(client, "record", append(keys, ["g", "h"]).encode()))
+    assert anyone.first == 7 and client.hget(keys.meta, "user_id") == b"alice"
+
+
 def test_a_truncation_keeps_the_branch_and_a_warm_load_reads_from_what_was_kept(
     client: Any, keys: SessionKeys
 ) -> None:

@@ -11,7 +11,8 @@
 --   15 the turn's record id; then M message JSONs, M vectors ("" = none), J (job id,
 --   job JSON) pairs, P (pin id, pin JSON) pairs.
 -- Reply (read by ``codecs.Recorded.decode``): {first, count, turns, new user (1/0),
---   predicted (1/0), generation, repeated (1/0)}; first = -1: the log had another length.
+--   predicted (1/0), generation, repeated (1/0)}; first = -1: the log had another length;
+--   -2: the session is another user's (its user is set once, by its first user's turn).
 --
 -- A record is idempotent by its id: sent again because its reply was lost (Redis went
 -- away after running it), it appends nothing and answers what it did (repeated = 1), so
@@ -39,6 +40,12 @@ end
 local expected = tonumber(ARGV[6])
 if expected >= 0 and n ~= expected then
   return {-1, n, 0, 0, 0, '', 0}
+end
+-- A session's user is set once: a turn naming another user appends nothing (first = -2),
+-- checked here, with the write, so that two users racing a first turn cannot both land.
+local owner = redis.call('HGET', KEYS[1], 'user_id')
+if ARGV[4] ~= '' and owner and owner ~= ARGV[4] then
+  return {-2, n, 0, 0, 0, '', 0}
 end
 local gen = redis.call('HGET', KEYS[1], 'gen')
 local truncate_to = tonumber(ARGV[5])
@@ -96,7 +103,7 @@ if predicted == 1 then
   end
 end
 local new_user = 0
-if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'user_id') ~= ARGV[4] then
+if ARGV[4] ~= '' and not owner then
   redis.call('HSET', KEYS[1], 'user_id', ARGV[4])
   new_user = 1
 end
