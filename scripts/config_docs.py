@@ -61,8 +61,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "gateway sees the request",
         "max_messages": "messages in one request (chat, memory import, `/context`); past it "
         "400 `too_many_messages`",
-        "max_message_bytes": "one message's text in UTF-8 bytes; past it 413. A longer "
-        "answer reaches the client whole but is stored cut at this size",
+        "max_message_bytes": "one message's text in UTF-8 bytes, with every part but an "
+        "image whole (audio, file data, unknown parts); past it 413. A longer answer "
+        "reaches the client whole but is stored cut at this size",
         "max_media_bytes": "one image part's bytes, decoded (counted apart from "
         "`max_message_bytes`, which counts text)",
         "require_session": "`true`: chat requests without `X-Session-Id` get 400 instead of "

@@ -234,17 +234,24 @@ def _utf8_over(texts: Sequence[str], limit: int) -> bool:
 
 
 def _content_texts(content: Any) -> list[str]:
+    """What a message's content takes against ``max_message_bytes``: its text parts'
+    text, and every other part but an image (capped apart) whole, as JSON: an audio
+    clip, a file's data, a part of a type the gateway does not know are stored and sent
+    again like text (20 MiB of ``input_audio`` went into every later turn)."""
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
         return []
-    return [
-        part[field]
-        for part in content
-        if isinstance(part, dict)
-        for field in ("text", "refusal")
-        if isinstance(part.get(field), str)
-    ]
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or media.is_image(part):
+            continue
+        kind = part.get("type")
+        if kind in ("text", "refusal") and isinstance(part.get(kind), str):
+            texts.append(part[kind])
+        else:
+            texts.append(codec.dumps(part).decode("utf-8", "replace"))
+    return texts
 
 
 def chat_field(i: int, path: str) -> str:

@@ -215,6 +215,34 @@ CALL_OF = {"id": "c1", "type": "function", "function": {"name": "lookup", "argum
             "messages.1.tool_calls",
             id="tool call",
         ),
+        # Every byte of every part but an image counts: an audio clip, a file's data, a
+        # part of a type the gateway does not know are stored and resent like text.
+        pytest.param(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_audio", "input_audio": {"data": "A" * 120, "format": "wav"}}
+                ],
+            },
+            "messages.1.content",
+            id="audio",
+        ),
+        pytest.param(
+            {"role": "user", "content": [{"type": "file", "file": {"file_data": "B" * 120}}]},
+            "messages.1.content",
+            id="file data",
+        ),
+        pytest.param(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "hi"},
+                    {"type": "x-unknown", "payload": "C" * 120},
+                ],
+            },
+            "messages.1.content",
+            id="unknown part",
+        ),
     ],
 )
 def test_a_message_over_the_size_cap_is_a_413_naming_it(

@@ -78,6 +78,12 @@ def test_the_forwarded_body_keeps_every_field_but_the_upstream_history() -> None
         ({"model": "m", "input": [{"role": "user", "content": "x"},
                                   {"type": "function_call_output", "call_id": "c",
                                    "output": "o"}]}, InvalidRequest, "input"),
+        # Every byte of a part that is not text nor an image counts toward the cap: a
+        # file's data, an audio clip (before: stored, and resent every turn after).
+        ({"model": "m", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "read this"},
+            {"type": "input_file", "filename": "a.pdf", "file_data": "F" * 3000}]}]},
+         PayloadTooLarge, "input.0.content"),
     ],
 )  # fmt: skip
 def test_bad_requests(body: Any, error: type[Exception], param: str | None) -> None:
