@@ -28,11 +28,13 @@ import base64
 import binascii
 import hashlib
 import io
+import ipaddress
 import math
 import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import imagesize
 
@@ -129,6 +131,26 @@ def is_acceptable_url(url: str) -> bool:
     """An image URL a client may send: a data URL, an http(s) URL with a host, or a
     stored reference (which becomes its placeholder)."""
     return is_data_url(url) or url.startswith(REF_PREFIX) or bool(_WEB_URL.fullmatch(url))
+
+
+def names_private_host(url: str) -> bool:
+    """Whether an http(s) image URL names this machine or a private network by its
+    address or a local name (an upstream that fetches image URLs would fetch from
+    inside its own network on every turn the image is resent). Names are not resolved."""
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    except ValueError:
+        return True
+    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
+        return True
+    try:
+        # A whole number is an IPv4 address to most resolvers ("2130706433": 127.0.0.1).
+        address = ipaddress.ip_address(int(host) if host.isdigit() else host)
+    except ValueError:
+        return False  # a name: the upstream resolves it
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_global
 
 
 def is_reference_url(part: Any) -> bool:

@@ -102,6 +102,17 @@ def client_string(value: str) -> str:
     return shown if len(shown) <= CLIENT_STRING_CHARS else shown[:CLIENT_STRING_CHARS] + "…"
 
 
+# What a model's name is made of (OpenAI's, Hugging Face repos, Ollama tags, Vertex
+# versions): anything else in the field is not logged, whatever it holds.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9._:/@+-]{1,64}")
+
+
+def model_field(model: str) -> str:
+    """A request's ``model`` as logs show it: a model's name, or ``(not a model name)``
+    (a client may put anything there, and the access line is written at INFO)."""
+    return model if _MODEL_NAME.fullmatch(model) else "(not a model name)"
+
+
 def user_field(user_id: str, mode: str, keyed: Callable[[str], str]) -> str:
     """A user id as logs show it (``server.log_user_ids``): a short keyed hash by default,
     so that lines about one user can be told apart without naming them."""

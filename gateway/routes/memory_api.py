@@ -7,6 +7,7 @@ get the same 404.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -59,6 +60,19 @@ def parse_import(raw: bytes, limits: MessageLimits) -> tuple[Message, ...]:
         Message.from_openai(raw).but(ts=float(shape.timestamp or 0.0))
         for raw, shape in zip(data["messages"], body.messages, strict=True)
     )
+
+
+# A clock a little ahead of ours is a clock; a message said next year is not: it would
+# pass for the newest of the session for recall's dates and the memory block's.
+FUTURE_SKEW_S = 24 * 3600
+
+
+def check_not_future(messages: Sequence[Message], now: float) -> None:
+    """Refuse (400) an imported message said later than a day from ``now``."""
+    for i, message in enumerate(messages):
+        if message.ts > now + FUTURE_SKEW_S:
+            param = f"messages.{i}.timestamp"
+            raise InvalidRequest(f"{param}: the message is dated in the future", param=param)
 
 
 def parse_body(model: type[BaseModel], raw: bytes) -> tuple[Any, Any]:
@@ -163,6 +177,7 @@ class MemoryAPI:
         keys = await self._keys(request)
         raw = await read_body(request, self.max_body_bytes)
         messages = await offload.sized(len(raw), parse_import, raw, self.limits)
+        check_not_future(messages, self.ops.clock())
         caller = await self._caller(request)
         user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
         if caller.quota_bytes is not None:

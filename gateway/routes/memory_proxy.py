@@ -89,7 +89,7 @@ class MemoryProxy:
         request_log.note(
             session_id=request_log.client_string(session_id),
             memory_mode=mode.value,
-            model=request_log.client_string(parsed.model),
+            model=request_log.model_field(parsed.model),
             stream=parsed.stream,
         )
         if mode is MemoryMode.OFF:

@@ -247,6 +247,18 @@ def test_memory_api_needs_redis(make_gateway: GatewayFactory, api_key: str) -> N
             "messages.0.content",
         ),
         ("/context", {"messages": []}, "model"),
+        # Said in the future (more than a day ahead of the gateway's clock): it would pass
+        # for the session's newest message.
+        (
+            "/messages",
+            {
+                "messages": [
+                    {"role": "user", "content": "x", "timestamp": "2024-01-01T10:00:00Z"},
+                    {"role": "assistant", "content": "y", "timestamp": "2099-01-01T10:00:00Z"},
+                ]
+            },
+            "messages.1.timestamp",
+        ),
     ],
 )
 def test_memory_api_bad_input(

@@ -281,6 +281,12 @@ def _check_media_sizes(i: int, content: list[Any], limit: int, where: FieldName)
                 param=param,
                 code="invalid_image",
             )
+        if not media.is_data_url(url) and media.names_private_host(url):
+            raise InvalidRequest(
+                f"{param}: an image URL must not name a loopback or private address",
+                param=param,
+                code="invalid_image",
+            )
         if media.is_data_url(url) and media.encoded_size(url) > limit:
             raise PayloadTooLarge(
                 f"{param}: the image is larger than the {limit}-byte limit on one image",

@@ -485,3 +485,32 @@ def test_a_refusal_counts_toward_the_size_cap(message: dict[str, Any]) -> None:
     with pytest.raises(PayloadTooLarge) as caught:
         parse_chat_request(body(messages=[USER, message, USER]), Limits(max_message_bytes=100))
     assert caught.value.param == "messages.1.content"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/a.png",
+        "http://localhost:8080/a.png",
+        "http://[::1]/a.png",
+        "http://10.1.2.3/a.png",
+        "http://169.254.169.254/latest/meta-data",
+        "http://2130706433/a.png",
+        "https://metadata.internal/a.png",
+        "http://[::ffff:192.168.0.1]/a.png",
+    ],
+)
+def test_an_image_url_naming_a_private_address_is_refused(url: str) -> None:
+    # Stored and sent again every turn, it would point a fetching upstream at itself.
+    content = [{"type": "image_url", "image_url": {"url": url}}]
+    with pytest.raises(InvalidRequest) as caught:
+        parse_chat_request(body(messages=[{"role": "user", "content": content}]))
+    assert caught.value.param == "messages.0.content.0.image_url.url"
+    assert caught.value.code == "invalid_image"
+
+
+def test_an_image_url_naming_a_public_host_is_taken() -> None:
+    for url in ("https://example.com/a.png", "https://8.8.8.8/a.png", "http://[2001:4860::8888]/"):
+        content = [{"type": "image_url", "image_url": {"url": url}}]
+        parsed = parse_chat_request(body(messages=[{"role": "user", "content": content}]))
+        assert parsed.messages[0].content == content
