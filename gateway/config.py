@@ -400,6 +400,9 @@ class AuthConfig(_Section):
     admin_key: str | None = Field(default=None, min_length=16)
     # How often each process checks for keys made or revoked through the admin API.
     refresh_s: float = Field(default=0.25, gt=0, le=5)
+    # A process that could not read the admin API's keys for this long stops taking them
+    # (503) rather than honour a key revoked meanwhile; keys of this file still work.
+    stale_after_s: float = Field(default=5.0, gt=0)
     # forward mode: stored bytes per tenant
     quota_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 

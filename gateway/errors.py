@@ -142,6 +142,15 @@ class MemoryUnavailable(GatewayError):
     code = "redis_unavailable"
 
 
+class KeysUnavailable(GatewayError):
+    """The admin API's keys could not be read for ``auth.stale_after_s``: a key made
+    there is not taken (it may have been revoked meanwhile)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "keys_unavailable"
+
+
 class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"

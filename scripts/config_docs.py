@@ -317,6 +317,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "upstream_keys": '`keys` mode: named upstream keys, e.g. `{openai: "${OPENAI_API_KEY}"}`',
         "admin_key": "enables `/admin/keys` (create, list, revoke keys)",
         "refresh_s": "how often each process re-reads keys made or revoked through `/admin/keys`",
+        "stale_after_s": "a process that could not read the admin API's keys for this long "
+        "answers 503 `keys_unavailable` to them (a key revoked meanwhile must not work); "
+        "keys of the configuration file still work",
         "quota_mb": "`forward`: stored megabytes per tenant; past it 429 `insufficient_quota`",
     },
     "GatewayKey": {

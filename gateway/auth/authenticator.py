@@ -32,7 +32,7 @@ from starlette.datastructures import Headers
 from gateway.auth.identity import bearer_key
 from gateway.auth.tenancy import Tenants
 from gateway.config import AuthConfig, is_placeholder
-from gateway.errors import Forbidden, Unauthorized, UpstreamUnreachable
+from gateway.errors import Forbidden, KeysUnavailable, Unauthorized, UpstreamUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -151,11 +151,29 @@ class KeyRegistry:
         self._stored: dict[str, KeyRecord] = {}
         self._version: int | None = None
         self.refresh_s = config.refresh_s
+        self.stale_after_s = config.stale_after_s
         self.clock = clock
+        # The last time the stored keys were read (or found unchanged); None: never (no
+        # admin API watched, or not reached yet: none stored here to honour).
+        self._read_at: float | None = None
 
     def lookup(self, key: str) -> KeyRecord | None:
+        """The key's record; raises ``KeysUnavailable`` for a key not of the configuration
+        while the stored keys have not been read for ``auth.stale_after_s`` (fail closed:
+        a key revoked meanwhile must not go on working on a process cut off from Redis)."""
         found = key_id(key)
-        return self._configured.get(found) or self._stored.get(found)
+        configured = self._configured.get(found)
+        if configured is not None:
+            return configured
+        if self._read_at is not None and self.clock() - self._read_at > self.stale_after_s:
+            raise KeysUnavailable(
+                "the gateway's keys could not be read recently; try again shortly"
+            )
+        return self._stored.get(found)
+
+    def read(self) -> None:
+        """The stored keys were read just now (found unchanged, or replaced)."""
+        self._read_at = self.clock()
 
     def records(self) -> list[KeyRecord]:
         return [*self._configured.values(), *self._stored.values()]
@@ -165,6 +183,7 @@ class KeyRegistry:
         records = [KeyRecord.from_data(data) for data in stored]
         self._stored = {r.id: r for r in records}
         self._version = version
+        self.read()
 
     @property
     def version(self) -> int | None:
@@ -335,5 +354,7 @@ async def watch(
             if found is not None:
                 version, records = found
                 registry.replace(version, records)
+            else:
+                registry.read()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=registry.refresh_s)

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from devsupport.fake_upstream import FakeUpstream
-from devsupport.servers import RedisProcess, ServerThread
+from devsupport.servers import RedisProcess, ServerThread, running_redis
 from tests.support.clients import Memory, say, sdk
 from tests.support.clock import SteppedClock
 from tests.support.fixtures import GatewayFactory
@@ -203,6 +203,34 @@ def test_a_key_for_any_user_cannot_move_a_session_to_another_user(
     say(sdk(gateway, "gw-key-any-user-0123456", session_id, **{"X-User-Id": "alice"}), "more")
     state = httpx.get(f"{gateway.url}/memory/sessions/{session_id}", headers=key).json()
     assert state["user_id"] == "alice" and state["message_count"] == 4
+
+
+def test_a_replica_cut_off_from_the_keys_stops_taking_admin_made_ones(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Before: a key revoked during a partition kept working on the cut-off replica.
+    with running_redis() as redis_server:
+        configured = "gw-key-in-the-file-012345"
+        auth = {
+            "mode": "keys",
+            "admin_key": ADMIN,
+            "keys": [{"key": configured, "tenant": "team-f"}],
+            "refresh_s": 0.1,
+            "stale_after_s": 0.5,
+        }
+        gateway = make_gateway(redis_url=redis_server.url, auth=auth)
+        made = httpx.post(
+            gateway.url + "/admin/keys",
+            json={"tenant": "team-m"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        bearer = {"Authorization": f"Bearer {made.json()['key']}"}
+        wait_for(lambda: chat(gateway, bearer).status_code == 200, 2, "the key made")
+        redis_server.stop()
+        wait_for(lambda: chat(gateway, bearer).status_code == 503, 5, "the key refused")
+        envelope(chat(gateway, bearer), 503, "keys_unavailable")
+        # A key of the configuration file is no one's to revoke: still served.
+        assert chat(gateway, {"Authorization": f"Bearer {configured}"}).status_code == 200
 
 
 def test_keys_made_through_the_admin_api_work_and_revoked_ones_stop_on_every_replica(

@@ -1,0 +1,76 @@
+"""The key registry fails closed: a process that cannot read the admin API's keys stops
+taking them once its view is older than ``auth.stale_after_s`` (issue 32: a key revoked
+during a partition kept working on the cut-off process)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.auth.authenticator import KeyRegistry, key_id, watch
+from gateway.config import AuthConfig
+from gateway.errors import KeysUnavailable
+
+CONFIGURED = "gw-key-configured-0123456"
+MADE = "gw-key-made-by-admin-0123"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def registry(clock: Clock) -> KeyRegistry:
+    config = AuthConfig(mode="keys", keys=[{"key": CONFIGURED, "tenant": "t"}], stale_after_s=5.0)
+    return KeyRegistry(config, clock)
+
+
+def made() -> list[dict[str, Any]]:
+    return [{"id": key_id(MADE), "tenant": "t"}]
+
+
+def test_a_stored_key_stops_working_once_the_view_is_stale() -> None:
+    clock = Clock()
+    keys = registry(clock)
+    assert keys.lookup(MADE) is None  # never read: no stored key to honour, a 401
+    keys.replace(1, made())
+    assert keys.lookup(MADE) is not None
+    clock.now += 4.9
+    assert keys.lookup(MADE) is not None
+    clock.now += 0.2  # 5.1 s without a successful read
+    with pytest.raises(KeysUnavailable):
+        keys.lookup(MADE)
+    with pytest.raises(KeysUnavailable):
+        keys.lookup("gw-key-unknown-000000000")  # unknown: not knowable either
+    assert keys.lookup(CONFIGURED) is not None  # the file's keys are not revocable there
+    keys.read()  # read again (unchanged)
+    assert keys.lookup(MADE) is not None
+
+
+def test_the_watch_counts_an_unchanged_read_as_fresh_and_a_failed_one_as_not() -> None:
+    clock = Clock()
+    keys = registry(clock)
+    keys.replace(1, made())
+    replies: list[Any] = [None, OSError("redis down")]
+
+    async def read(version: int | None) -> Any:
+        reply = replies.pop(0)
+        clock.now += 10  # each read comes 10 s after the last
+        if isinstance(reply, Exception):
+            stop.set()
+            raise reply
+        return reply
+
+    stop = asyncio.Event()
+    asyncio.run(watch(keys, read, stop))
+    # The unchanged read (at 1010) made it fresh; the failed one (at 1020) did not.
+    assert clock.now == 1020
+    with pytest.raises(KeysUnavailable):
+        keys.lookup(MADE)
+    clock.now = 1014.5  # 4.5 s after the unchanged read
+    assert keys.lookup(MADE) is not None
