@@ -33,6 +33,7 @@ from gateway.auth.identity import bearer_key
 from gateway.auth.tenancy import Tenants
 from gateway.config import AuthConfig, is_placeholder
 from gateway.errors import Forbidden, KeysUnavailable, Unauthorized, UpstreamUnreachable
+from gateway.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class KeyRegistry:
             for k in config.keys
         }
         self._stored: dict[str, KeyRecord] = {}
-        self._version: int | None = None
+        self._version: str | None = None
         self.refresh_s = config.refresh_s
         self.stale_after_s = config.stale_after_s
         self.clock = clock
@@ -178,16 +179,31 @@ class KeyRegistry:
     def records(self) -> list[KeyRecord]:
         return [*self._configured.values(), *self._stored.values()]
 
-    def replace(self, version: int, stored: Sequence[Mapping[str, Any]]) -> None:
+    def replace(self, version: str, stored: Sequence[Mapping[str, Any]]) -> None:
         """The keys made through the admin API are now ``stored`` (their records' data)."""
         records = [KeyRecord.from_data(data) for data in stored]
+        lost = [r for r in self._stored.values() if r.id not in {n.id for n in records}]
+        if lost and _epoch(version) != _epoch(self._version):
+            # A new epoch (or none): Redis lost the keys' data, not an admin revoking them.
+            log.error(
+                "the gateway keys made through the admin API were lost (their version went "
+                "from %r to %r: Redis lost its data?): %d keys no longer work; make them again",
+                self._version,
+                version,
+                len(lost),
+            )
+            metrics.keys_lost(len(lost))
         self._stored = {r.id: r for r in records}
         self._version = version
         self.read()
 
     @property
-    def version(self) -> int | None:
+    def version(self) -> str | None:
         return self._version
+
+
+def _epoch(version: str | None) -> str:
+    return (version or "").partition(":")[0]
 
 
 class Authenticator:
@@ -336,7 +352,7 @@ def is_admin(headers: Headers, admin_key: str | None) -> bool:
 
 
 async def watch(
-    registry: KeyRegistry, read: Callable[[int | None], Awaitable[Any]], stop: asyncio.Event
+    registry: KeyRegistry, read: Callable[[str | None], Awaitable[Any]], stop: asyncio.Event
 ) -> None:
     """Keep the registry's stored keys current: ``read(version)`` returns None when the
     version is unchanged, else (version, records). A failed read keeps what was read

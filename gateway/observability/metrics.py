@@ -106,6 +106,12 @@ DEGRADED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+KEYS_LOST = Counter(
+    "memory_gateway_keys_lost",
+    "Gateway keys made through the admin API that a process found gone with their "
+    "registry's epoch (Redis lost its data): they no longer work",
+    registry=REGISTRY,
+)
 STREAM_ERRORS = Counter(
     "memory_gateway_stream_errors",
     "Streams that ended with an in-band error event after a 200, by error code",
@@ -154,6 +160,10 @@ def _child(metric: Any, *values: str) -> Any:
 
 def degraded(reason: str) -> None:
     _child(DEGRADED, reason).inc()
+
+
+def keys_lost(count: int) -> None:
+    KEYS_LOST.inc(count)
 
 
 def stream_error(code: str) -> None:

@@ -223,8 +223,8 @@ class KeyStore(Protocol):
     """The gateway keys made through the admin API (``store.gateway_keys``)."""
 
     async def changed_since(
-        self, version: int | None
-    ) -> tuple[int, list[dict[str, Any]]] | None: ...
+        self, version: str | None
+    ) -> tuple[str, list[dict[str, Any]]] | None: ...
 
     async def save(self, key_id: str, data: dict[str, Any]) -> None: ...
 

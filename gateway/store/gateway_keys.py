@@ -4,6 +4,7 @@ object ``auth`` writes (hashes and records only, never a key), and their version
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from gateway.store.calls import StoreCalls, pairs
@@ -16,10 +17,11 @@ class GatewayKeys:
     def __init__(self, calls: StoreCalls) -> None:
         self._calls = calls
 
-    async def changed_since(self, version: int | None) -> tuple[int, list[dict[str, Any]]] | None:
-        """None when the keys are as at ``version``; else the version and every record's data."""
+    async def changed_since(self, version: str | None) -> tuple[str, list[dict[str, Any]]] | None:
+        """None when the keys are as at ``version``; else the version and every record's
+        data. The version is "<epoch>:<n>" ("": none, or lost with Redis's data)."""
         (raw_version,) = await self._calls.execute([("GET", AUTH_VERSION)], op="keys_version")
-        current = int(raw_version or 0)
+        current = bytes(raw_version or b"").decode("ascii", "replace")
         if current == version:
             return None
         (raw,) = await self._calls.execute([("HGETALL", AUTH_KEYS)], op="keys_read")
@@ -34,6 +36,7 @@ class GatewayKeys:
 
     async def _change(self, key_id: str, data: str) -> object:
         """Changes the keys and moves their version in one step (``change_key.lua``)."""
-        call = self._calls.script("change_key", [AUTH_KEYS, AUTH_VERSION], [key_id, data])
+        epoch = secrets.token_hex(8)  # used only if the version is missing
+        call = self._calls.script("change_key", [AUTH_KEYS, AUTH_VERSION], [key_id, data, epoch])
         (reply,) = await self._calls.execute([call], op="keys_change")
         return reply

@@ -341,7 +341,8 @@ SCHEMA: tuple[KeyShape, ...] = (
              "gateway keys made through `/admin/keys`: key hash → record (tenant, users, "
              "upstream key name, quota); never a key"),
     KeyShape(AUTH_VERSION, "string", NEVER,
-             "grows with every key made or revoked: processes re-read the keys when it moves"),
+             "<epoch>:<n>, n growing with every key made or revoked: processes re-read the "
+             "keys when it moves; a new epoch after a loss of data, so it never repeats"),
     KeyShape(_RL + "req.<minute>", "string", "2 min", "requests admitted in a minute"),
     KeyShape(_RL + "tok.<minute>", "string", "2 min", "tokens charged in a minute"),
     KeyShape(_RL + "busy", "zset", "`limits.lease_s`",

@@ -23,7 +23,7 @@ from gateway.store.codecs import (
     RecordArgs,
     Recorded,
 )
-from gateway.store.keys import SessionKeys
+from gateway.store.keys import AUTH_KEYS, AUTH_VERSION, SessionKeys
 
 FOLD = Job("fold", 1, 2, 2, turn=1, question=1)
 PIN = Pin("p1", "Remember the blue umbrella.", source_index=1)
@@ -175,3 +175,27 @@ def test_an_archive_page_reads_positions_with_their_vectors(client: Any, keys: S
     assert (generation, count) == (first.generation, 6)  # an append keeps the generation
     assert [m.text for m in messages] == ["message 2", "message 3", "message 4"]
     assert vectors == (None, b"v3", b"v4")
+
+
+def test_the_key_registrys_version_never_repeats_across_a_loss_of_data(client: Any) -> None:
+    # Before: a counter. One key made: version 1; Redis loses its data; another key
+    # made: version 1 again, and a process that read the first kept it, refusing the
+    # second, for as long as the versions matched.
+
+    def change(key_id: str, data: str, epoch: str) -> None:
+        names, argv = (AUTH_KEYS, AUTH_VERSION), [key_id, data, epoch]
+        client.evalsha(scripts.sha("change_key"), 2, *names, *argv)
+
+    client.delete(AUTH_KEYS, AUTH_VERSION)
+    change("k1", '{"id": "k1"}', "epoch-a")
+    change("k2", '{"id": "k2"}', "epoch-ignored")  # the epoch is made once
+    assert client.get(AUTH_VERSION) == b"epoch-a:2"
+    change("k9", "", "epoch-ignored")  # revoking nothing moves nothing
+    assert client.get(AUTH_VERSION) == b"epoch-a:2"
+    client.delete(AUTH_KEYS, AUTH_VERSION)  # the data lost
+    change("k3", '{"id": "k3"}', "epoch-b")
+    assert client.get(AUTH_VERSION) == b"epoch-b:1"
+    client.set(AUTH_VERSION, b"5")  # written before epochs: kept, and given one
+    change("k4", '{"id": "k4"}', "epoch-c")
+    assert client.get(AUTH_VERSION) == b"epoch-c:6"
+    client.delete(AUTH_KEYS, AUTH_VERSION)

@@ -12,6 +12,7 @@ import pytest
 from gateway.auth.authenticator import KeyRegistry, key_id, watch
 from gateway.config import AuthConfig
 from gateway.errors import KeysUnavailable
+from gateway.observability import metrics
 
 CONFIGURED = "gw-key-configured-0123456"
 MADE = "gw-key-made-by-admin-0123"
@@ -74,3 +75,19 @@ def test_the_watch_counts_an_unchanged_read_as_fresh_and_a_failed_one_as_not() -
         keys.lookup(MADE)
     clock.now = 1014.5  # 4.5 s after the unchanged read
     assert keys.lookup(MADE) is not None
+
+
+def test_keys_gone_with_their_registrys_epoch_are_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    keys = registry(clock)
+    lost = metrics.KEYS_LOST._value.get()
+    keys.replace("epoch-a:3", made())
+    keys.replace("epoch-a:4", [])  # revoked through the admin API: nothing to report
+    assert "lost" not in caplog.text and metrics.KEYS_LOST._value.get() == lost
+    keys.replace("epoch-a:5", made())
+    keys.replace("", [])  # the version gone with Redis's data
+    assert "were lost" in caplog.text
+    assert metrics.KEYS_LOST._value.get() == lost + 1
+    assert keys.lookup(MADE) is None
