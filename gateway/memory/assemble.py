@@ -175,6 +175,33 @@ def kept_units(units: Sequence[Unit], keep_last: int, turn: Reconciled) -> int:
     return keep
 
 
+def rendered_block(
+    chosen: list[Item],
+    count: Count,
+    room: int,
+    dropped: dict[str, int],
+    *,
+    role: str,
+    header: str = MEMORY_HEADER,
+    dates: str = "",
+    always: bool = False,
+) -> Message | None:
+    """The block as one message within ``room`` by its exact count (the per-item estimate
+    can miss by a token at a joint: the item filled last gives way, counted in
+    ``dropped``); None when nothing fits. The dates go only with items, unless
+    ``always``."""
+    while chosen or (always and dates):
+        text = render_memory(chosen, dates, header, always=always)
+        tokens = count(text) + TOKENS_PER_MESSAGE
+        if tokens <= room:
+            return Message(role=role, content=text, tokens=tokens)
+        if not chosen:
+            return None
+        last = chosen.pop()
+        dropped[last.section] = dropped.get(last.section, 0) + 1
+    return None
+
+
 # Tiers that give a conversation's gist, which leave ``RecallTier.reserve`` to recall.
 _GIST = frozenset({"facts", "summaries", "rolling", "key_qa", "profile"})
 
@@ -300,7 +327,7 @@ _ROOM_WORTH_TRYING = 8
 _MISSES_WORTH_TRYING = 24
 
 
-def assemble(  # noqa: C901  (23: its order of filling is read best in one place; to split)
+def assemble(  # noqa: C901  (18: its order of filling is read best in one place; to split)
     turn: Reconciled,
     *,
     tiers: Tiers,
@@ -383,21 +410,12 @@ def assemble(  # noqa: C901  (23: its order of filling is read best in one place
     window = tuple(m for unit in reversed(units[:window_taken]) for m in unit)
     if dates:
         dates = dates_line(now, window)
-    memory: tuple[Message, ...] = ()
-    memory_tokens = 0
     rest = fixed + _tokens(window)
-    while chosen:
-        text = render_memory(chosen, dates)
-        memory_tokens = count(text) + TOKENS_PER_MESSAGE
-        # The per-item estimate can miss by a token at a joint: the exact count decides,
-        # and the item filled last gives way.
-        if rest + memory_tokens <= budget_tokens:
-            memory = (Message(role=memory_role, content=text, tokens=memory_tokens),)
-            break
-        last = chosen.pop()
-        dropped[last.section] = dropped.get(last.section, 0) + 1
-    if not chosen:
-        memory_tokens = 0
+    block = rendered_block(
+        chosen, count, budget_tokens - rest, dropped, role=memory_role, dates=dates
+    )
+    memory = (block,) if block is not None else ()
+    memory_tokens = block.tokens if block is not None else 0
     tier_tokens = {"prompt": _tokens(turn.prompt)}
     if chosen:
         tier_tokens["memory"] = memory_tokens

@@ -39,6 +39,7 @@ from gateway.memory.assemble import (
     Unit,
     fill_recall,
     kept_units,
+    rendered_block,
     window_units,
 )
 from gateway.memory.block import (
@@ -49,7 +50,6 @@ from gateway.memory.block import (
     Item,
     dates_line,
     memory_items,
-    render_memory,
     section_tokens,
 )
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
@@ -137,29 +137,6 @@ def _stable_memory(
     return packer.chosen
 
 
-def _rendered(
-    chosen: list[Item],
-    header: str,
-    dates: str,
-    role: str,
-    count: Count,
-    room: int,
-    dropped: dict[str, int],
-) -> Message | None:
-    """The block as one message, within ``room`` by its exact count (the per-item estimate
-    can miss by a token at a joint: the item filled last gives way)."""
-    while chosen or dates:
-        text = render_memory(chosen, dates, header, always=True)
-        tokens = count(text) + TOKENS_PER_MESSAGE
-        if tokens <= room:
-            return Message(role=role, content=text, tokens=tokens)
-        if not chosen:
-            return None
-        last = chosen.pop()
-        dropped[last.section] = dropped.get(last.section, 0) + 1
-    return None
-
-
 def assemble_stable(
     turn: Reconciled,
     *,
@@ -191,7 +168,7 @@ def assemble_stable(
     items = memory_items(before, pins, composition, count, profile)
     room = min(memory_room, budget_tokens - used)
     chosen = _stable_memory(items, composition, count, room, dropped)
-    memory = _rendered(chosen, MEMORY_HEADER, "", memory_role, count, budget_tokens - used, dropped)
+    memory = rendered_block(chosen, count, budget_tokens - used, dropped, role=memory_role)
     if memory is None:
         chosen = []
     used += memory.tokens if memory is not None else 0
@@ -210,7 +187,16 @@ def assemble_stable(
         picked = packer.chosen
     late = None
     if picked or dates:
-        late = _rendered(picked, RECALLED_HEADER, dates, memory_role, count, late_room, dropped)
+        late = rendered_block(
+            picked,
+            count,
+            late_room,
+            dropped,
+            role=memory_role,
+            header=RECALLED_HEADER,
+            dates=dates,
+            always=True,
+        )
         if late is None:
             picked = []
 

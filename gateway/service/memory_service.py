@@ -25,7 +25,13 @@ from gateway.service.planning import Planner
 from gateway.service.ports import Embedder, Store
 from gateway.service.recalling import Recall, query_of
 from gateway.service.recording import Recorder, check_record_size
-from gateway.service.turn import Turn, check_quota, forwarded_print, session_keys
+from gateway.service.turn import (
+    Turn,
+    another_users,
+    check_quota,
+    forwarded_print,
+    session_keys,
+)
 from gateway.service.turn_images import Images, ingested
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import Known
@@ -219,4 +225,4 @@ def _users_session(owner: str | None, identity: Identity) -> bool:
     """Whether a session of ``owner`` (None: no user yet) is open to this request."""
     if identity.users is not None and owner not in identity.users:
         return False
-    return owner is None or identity.user_id is None or identity.user_id == owner
+    return not another_users(owner, identity.user_id)

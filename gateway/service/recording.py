@@ -22,7 +22,7 @@ from gateway.presets import Composition
 from gateway.service.archives import Archives
 from gateway.service.planning import Planner
 from gateway.service.ports import Store
-from gateway.service.turn import Turn, stored_receipt
+from gateway.service.turn import Turn, another_users, stored_receipt
 from gateway.service.turn_images import Images, ingested
 from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.catalog import REFRESH_S, StoredReceipt
@@ -223,7 +223,7 @@ class Recorder:
         model = self.planner.counter.default_model  # an import names no model
         messages, blobs = await ingested(messages)
         state = await self.store.sessions.load(keys, self.config.reconcile_tail)
-        if user_id is not None and state.user_id not in (None, user_id):
+        if another_users(state.user_id, user_id):
             raise _not_found(keys)  # another user's session (its user is set once)
         for part in record_batches(messages, IMPORT_BATCH, self.config.max_record_bytes):
             batch = await self.planner.counted_off_loop(tuple(part), model)

@@ -66,6 +66,12 @@ class Answered:
     count: Callable[[dict[str, Any]], int]
 
 
+def another_users(owner: str | None, user_id: str | None) -> bool:
+    """Whether a session of ``owner`` (None: no user yet) is another user's than the one a
+    request names (None: none named). A session's user is set once (record.lua)."""
+    return owner is not None and user_id is not None and owner != user_id
+
+
 def forwarded_print(context: Context) -> str:
     """The context's fingerprint (``prompt_cache.fingerprint``): each message as it is
     forwarded (images by their reference: the bytes they stand for are the same)."""

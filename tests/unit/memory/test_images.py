@@ -5,13 +5,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import struct
 import tracemalloc
 import zlib
 
 import pytest
 from PIL import Image
 
+from bench.abuse_clients import text_bomb_png
 from gateway.memory import images as media
 from gateway.memory.model import Message, content_text
 from gateway.text.tokens import TOKENS_PER_MESSAGE, TokenCounter
@@ -157,24 +157,6 @@ def test_one_image_is_capped_apart_from_the_text() -> None:
     with pytest.raises(PayloadTooLarge) as raised:
         parse_chat_request(body, Limits(max_media_bytes=len(raw) - 10))
     assert raised.value.param == "messages.0.content.1.image_url.url"
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-
-def text_bomb_png(chunks: int = 24, inflated: int = 1 << 20) -> bytes:
-    """A 1x1 PNG whose header is followed by ``chunks`` zTXt chunks of ~1 KB, each
-    inflating to ``inflated`` bytes: ~24 KB that a reader inflating text chunks turns into
-    24 MiB of work (the attack of issue 32)."""
-    raw = png(1, 1)
-    ihdr_end = 8 + 25  # signature, then IHDR (4 length + 4 type + 13 data + 4 CRC)
-    bomb = b"".join(
-        _chunk(b"zTXt", b"Comment%d\x00\x00" % n + zlib.compress(b"\x00" * inflated, 9))
-        for n in range(chunks)
-    )
-    return raw[:ihdr_end] + bomb + raw[ihdr_end:]
 
 
 def test_reading_an_images_size_inflates_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
