@@ -23,6 +23,7 @@ from devsupport.servers import free_port
 __all__ = [
     "DIE_WITH_PARENT",
     "ROOT",
+    "commit",
     "cpu_seconds",
     "free_port",
     "ms",
@@ -104,3 +105,18 @@ def table(header: Sequence[str], rows: Iterable[Iterable[Any]]) -> str:
     for row in rows:
         lines.append("| " + " | ".join(str(v) for v in row) + " |")
     return "\n".join(lines)
+
+
+def commit() -> str:
+    """The checkout's commit, and whether it had uncommitted changes (results record it)."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    return done.stdout.strip() + (" (with uncommitted changes)" if dirty else "")

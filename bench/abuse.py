@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._harness import free_port, quantile, rss_kib, table  # noqa: E402
+from bench._harness import commit, free_port, quantile, rss_kib, table  # noqa: E402
 from bench.abuse_clients import VICTIM_MODEL, raise_nofile  # noqa: E402
 from devsupport.servers import RedisProcess  # noqa: E402
 
@@ -122,6 +122,9 @@ def scenarios() -> tuple[Scenario, ...]:
                  {"clients": 2, "images": 100, "chunks": 24}),
         Scenario("unread-streams", "520 streams never read (client stops reading)", "unread",
                  {"connections": 520}),
+        Scenario("unread-streams-3-addresses", "750 trickling streams (1 KiB every 0.7 s) "
+                 "never read, from 3 addresses (250 each, under the per-address cap)",
+                 "unread", {"connections": 750, "addresses": 3, "model": "abuse-endless-s700"}),
         Scenario("slow-connections", "1,100 slow-header / slow-body / idle connections",
                  "slow", {"connections": 1100}),
         Scenario("huge-stream", "100 MB upstream answer, streamed, in a loop", "upstream",
@@ -717,6 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"logs kept in {work}")
         raise
     settings = {
+        "commit": commit(),
         "plan": asdict(plan),
         "victims": f"{args.victims} clients x {args.victim_rate:g} req/s, streamed, "
         f"X-Session-Id over 16 sessions, model {VICTIM_MODEL}",

@@ -496,10 +496,20 @@ class Holder:
 
     SWEEP_S = 0.25  # how often closed sockets are looked for (the resolution of "after")
 
-    def __init__(self, attack: Attack, counts: dict[str, int], *, rcvbuf: int | None) -> None:
+    def __init__(
+        self,
+        attack: Attack,
+        counts: dict[str, int],
+        *,
+        rcvbuf: int | None,
+        addresses: Sequence[str] = (ATTACKER_ADDRESS,),
+    ) -> None:
         self.attack = attack
         self.counts = counts
         self.rcvbuf = rcvbuf
+        # Connections are opened from each address in turn (a per-address cap then holds
+        # each address to its share, not the attack).
+        self.addresses = itertools.cycle(addresses)
         self.held: list[Held] = []
         self.closed_after: dict[str, list[float]] = {kind: [] for kind in counts}
         # The answer's status seen on each socket the gateway closed, by kind.
@@ -513,7 +523,7 @@ class Holder:
             if self.rcvbuf is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
             sock.setblocking(False)
-            sock.bind((ATTACKER_ADDRESS, 0))
+            sock.bind((next(self.addresses), 0))
             await asyncio.wait_for(loop.sock_connect(sock, (self.attack.host, self.attack.port)), 5)
             if first:
                 await asyncio.wait_for(loop.sock_sendall(sock, first), 5)
@@ -612,15 +622,19 @@ def _counts(counter: Counter[str]) -> str:
 
 async def attack_unread(attack: Attack, start: Start, on: On) -> None:
     """Streams whose client never reads a byte (a 4 KiB receive buffer): the gateway's
-    writes stall, and with them its upstream connections."""
+    writes stall, and with them its upstream connections. From ``addresses`` client
+    addresses (127.0.0.2 onwards), of ``model`` (a paced one trickles: it never fills
+    the gateway's send buffer)."""
     count = int(attack.params["connections"])
-    holder = Holder(attack, {"unread": count}, rcvbuf=4096)
+    addresses = [f"127.0.0.{2 + n}" for n in range(int(attack.params.get("addresses", 1)))]
+    model = str(attack.params.get("model", "abuse-endless"))
+    holder = Holder(attack, {"unread": count}, rcvbuf=4096, addresses=addresses)
     numbers = itertools.count()
 
     async def opener() -> None:
         body = json.dumps(
             {
-                "model": "abuse-endless",
+                "model": model,
                 "stream": True,
                 "messages": [{"role": "user", "content": "tell me everything"}],
             }

@@ -75,7 +75,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import realtalk, recall  # noqa: E402
-from bench._harness import table  # noqa: E402
+from bench._harness import commit, table  # noqa: E402
 from devsupport.fake_upstream import ChatCall, FakeUpstream  # noqa: E402
 from devsupport.gateways import build_settings, start_gateway  # noqa: E402
 from devsupport.servers import RedisProcess, ServerThread, redis_server_binary  # noqa: E402
@@ -493,20 +493,6 @@ def versions() -> dict[str, str]:
             [redis_server_binary(), "--version"], capture_output=True, text=True, check=True
         ).stdout.strip()
     return out
-
-
-def commit() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    ).stdout.strip()  # fmt: skip
-    return done.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
 
 
 def log(text: str) -> None:

@@ -7,6 +7,8 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
     fake-model       answers from its context (the default)
     slow-stream      five chunks 0.3 s apart
     tool-caller      calls get_weather, then answers from the tool result
+    dotted-tool-caller  tool-caller's, but calls weather.get (a name OpenAI refuses, as a
+                     model may make up a tool's name)
     error-500        500 with an OpenAI error body
     error-html       503 with an HTML body, as a load balancer in front would send
     rate-limit       429 with Retry-After: 7
@@ -627,12 +629,13 @@ def reply_to(
     if model in ("fake-summarizer", "broken-summarizer", "slow-summarizer"):
         return summarizer_reply(messages, model), None
     last = messages[-1]
-    if model == "tool-caller":
+    if model in ("tool-caller", "dotted-tool-caller"):
         if last["role"] == "tool":
             return f"The tool said: {_text(last)}", None
         arguments = json.dumps({"city": "Paris"})
+        name = "get_weather" if model == "tool-caller" else "weather.get"
         call = {"id": "call_1", "type": "function",
-                "function": {"name": "get_weather", "arguments": arguments}}  # fmt: skip
+                "function": {"name": name, "arguments": arguments}}  # fmt: skip
         return None, [call]
     question = _ASK.search(_text(last))
     if question:

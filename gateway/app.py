@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 
 from gateway.auth.authenticator import Authenticator, KeyRegistry
 from gateway.auth.authenticator import watch as watch_keys
-from gateway.auth.tenancy import Tenants
+from gateway.auth.tenancy import Tenants, keep_secret
 from gateway.compat.starlette import OutermostStarlette
 from gateway.config import Settings
 from gateway.dialects.chat.request import check_turn_tool_results
@@ -28,6 +28,7 @@ from gateway.errors import GatewayError, MemoryUnavailable, error_body
 from gateway.http.cors import cors_middleware
 from gateway.http.middleware import MetricsMiddleware
 from gateway.http.rate_limits import RateLimitMiddleware, rate_limiter
+from gateway.http.upstream_share import UpstreamShareMiddleware, upstream_shares
 from gateway.memory.archive import ArchiveCache
 from gateway.routes.admin import AdminAPI
 from gateway.routes.health import Health
@@ -50,6 +51,7 @@ from gateway.text.embedder import StaticEmbedder
 from gateway.text.tokens import TokenCounter
 from gateway.ui.inspector import Inspector
 from gateway.upstream.client import Upstream
+from gateway.upstream.headers import Allowlist
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +162,21 @@ def _lifespan(
             # AOF, noeviction). In the background: start-up never waits on Redis.
             durability_check = None
             if settings.redis.url != "embedded":
-                durability_check = asyncio.create_task(warn_if_not_durable(store.server))
+                durability_check = asyncio.create_task(
+                    warn_if_not_durable(store.server, secret_in_redis=not tenants.configured)
+                )
             stop = asyncio.Event()
             # Keys made or revoked through the admin API, read by every process.
             keys_task = None
             if settings.auth.mode == "keys":
                 keys_task = asyncio.create_task(
                     watch_keys(registry, gateway_keys.changed_since, stop)
+                )
+            # The tenant secret kept in Redis, written back should Redis lose it.
+            secret_task = None
+            if not tenants.configured:
+                secret_task = asyncio.create_task(
+                    keep_secret(tenants, job_store.server, settings.auth.refresh_s, stop)
                 )
             worker_task = None
             if settings.worker.in_process:
@@ -185,6 +195,8 @@ def _lifespan(
                     await worker_task
                 if keys_task is not None:
                     await keys_task
+                if secret_task is not None:
+                    await secret_task
 
     return lifespan
 
@@ -228,7 +240,10 @@ def create_app(
         clock=intervals,
     )
     passthrough = Passthrough(
-        upstream, auth, settings.upstream.passthrough_paths(settings.auth.mode == "keys")
+        upstream,
+        auth,
+        settings.upstream.passthrough_paths(settings.auth.mode == "keys"),
+        Allowlist.extended(settings.upstream.forward_headers),
     )
     # One set of session archives in memory for the proxy and the memory API.
     archives: ArchiveCache[SessionKeys] = ArchiveCache(settings.memory.archive_cache_mb * 2**20)
@@ -320,6 +335,10 @@ def create_app(
         middleware.append(cors_middleware(settings.server.cors))
     if limiter is not None:
         middleware.append(Middleware(RateLimitMiddleware, limiter=limiter, auth=auth))
+    # Inside the rate limits: a request they refuse holds no share of the pool.
+    shares = upstream_shares(settings.upstream.max_connections, settings.upstream.tenant_share)
+    if shares is not None:
+        middleware.append(Middleware(UpstreamShareMiddleware, shares=shares, auth=auth))
     return _Gateway(
         metrics=settings.server.metrics,
         access_log=settings.server.access_log,

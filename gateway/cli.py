@@ -113,6 +113,7 @@ def _client_limits(settings: Settings) -> ClientLimits:
         header_timeout_s=server.header_timeout_s,
         body_timeout_s=server.body_timeout_s,
         write_timeout_s=server.client_write_timeout_s,
+        min_read_bytes_s=server.client_min_read_bytes_s,
         max_connections_per_client=server.max_connections_per_client,
         trusted_proxies=tuple(server.trusted_proxies),
     )

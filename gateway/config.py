@@ -11,7 +11,7 @@ import os
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -113,6 +113,10 @@ class ServerConfig(_Section):
     body_timeout_s: float = Field(default=60.0, gt=0)
     keepalive_s: float = Field(default=5.0, gt=0)
     client_write_timeout_s: float = Field(default=30.0, gt=0)
+    # A client with bytes of its answer waiting must take at least this many a second of
+    # them, looked at every client_write_timeout_s (http/slow_readers.py): a trickling
+    # reader never fills the send buffer the write deadline waits for. 0: not checked.
+    client_min_read_bytes_s: int = Field(default=1024, ge=0)
     # Connections one client address may hold open at once (IPv6: one /64), per process;
     # past it a new one gets 429 and is closed. 0: no cap. trusted_proxies are exempt.
     max_connections_per_client: int = Field(default=256, ge=0)
@@ -179,10 +183,18 @@ class UpstreamConfig(_Section):
             return self.passthrough
         return list(STATELESS_PATHS if gateway_keys else PASSTHROUGH_PATHS)
 
+    # Client request headers forwarded besides the built-in allowlist (what the OpenAI
+    # SDKs send: upstream/headers.py): names, or prefixes ending in "*".
+    forward_headers: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9!#$%&'+.^_`|~-]+\*?$")]] = []
+
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
     # The pool: at most this many connections open at once (waiting for one is bounded
     # by timeouts.pool_s), an idle one closed after keepalive_s.
     max_connections: int = Field(default=512, gt=0)
+    # One tenant's share of the pool in one process: past it, a tenant's request is
+    # refused (429) while no more than a share of the pool is free (http.upstream_share).
+    # 1: a tenant may take the whole pool.
+    tenant_share: float = Field(default=0.25, gt=0, le=1)
     keepalive_s: float = Field(default=15.0, gt=0)
     # The most one answer may hold, counted decoded (gzip/deflate
     # undone) where the gateway reads it, raw where it only relays it. Past it the answer
@@ -338,8 +350,9 @@ class RateLimit(_Section):
     enforces the same numbers. 0: no limit."""
 
     requests_per_minute: int = Field(default=0, ge=0)
-    # Prompt tokens forwarded plus completion tokens, charged once the answer is over; a
-    # request is refused while the minute's budget is used up.
+    # Prompt tokens forwarded plus completion tokens: the prompt's reserved before it is
+    # forwarded (refused when it would pass the minute's budget), settled to the
+    # upstream's usage once the answer is over.
     tokens_per_minute: int = Field(default=0, ge=0)
     concurrent: int = Field(default=0, ge=0)  # requests in flight at once
 
@@ -358,6 +371,10 @@ class LimitsConfig(_Section):
     key: RateLimit = RateLimit()  # each gateway key (auth.mode keys)
     # auth.mode keys: a named tenant's own limits, over ``tenant``'s.
     tenants: dict[str, RateLimit] = {}
+    # Each client address (IPv6: its /64), whatever key it uses, in both auth modes: the
+    # bound on a client that rotates keys (in forward mode each key is a fresh tenant).
+    # server.trusted_proxies are exempt (their requests carry many clients).
+    address: RateLimit = RateLimit()
     # How long a request counts as in flight at most: a crashed process's requests stop
     # counting after this; a longer stream stops counting too.
     lease_s: float = Field(default=600.0, gt=0)
@@ -372,7 +389,8 @@ class GatewayKey(_Section):
     users: list[str] | Literal["*"] = "*"
     # The upstream key its requests use: a name in auth.upstream_keys (else upstream.api_key).
     upstream_key: str | None = None
-    quota_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # stored bytes
+    # Stored megabytes of its tenant: None (unset) takes auth.quota_mb; 0, no bound.
+    quota_mb: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     name: str | None = Field(default=None, max_length=128)
     # This key's own rate limits, over limits.key.
     limits: RateLimit | None = None
@@ -400,11 +418,15 @@ class AuthConfig(_Section):
     admin_key: str | None = Field(default=None, min_length=16)
     # How often each process checks for keys made or revoked through the admin API.
     refresh_s: float = Field(default=0.25, gt=0, le=5)
+    # Wrong admin keys per client address in admin_window_s, then 429 (per process).
+    admin_attempts: int = Field(default=10, gt=0)
+    admin_window_s: float = Field(default=300, gt=0)
     # A process that could not read the admin API's keys for this long stops taking them
     # (503) rather than honour a key revoked meanwhile; keys of this file still work.
     stale_after_s: float = Field(default=5.0, gt=0)
-    # forward mode: stored bytes per tenant
-    quota_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # Stored megabytes per tenant, of every tenant whose key names none (forward mode:
+    # every tenant); past it 429. 0 or null: no bound.
+    quota_mb: float | None = Field(default=1024.0, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check(self) -> AuthConfig:
@@ -430,7 +452,7 @@ class UIConfig(_Section):
     # Secure cookies: None (when the request came over https), or always / never (true
     # behind a proxy that ends TLS).
     secure_cookies: bool | None = None
-    # Failed logins allowed per client address within login_window_s, then 429.
+    # Failed logins per client address within login_window_s, then 429 (never the right key).
     login_attempts: int = Field(default=10, gt=0)
     login_window_s: float = Field(default=300, gt=0)
 

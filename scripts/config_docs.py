@@ -69,7 +69,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "require_session": "`true`: chat requests without `X-Session-Id` get 400 instead of "
         "being passed through",
         "tenant_secret": "HMAC key of tenant ids; `null`: generated once and kept in Redis "
-        "(`mg:tenant-secret`), so every replica agrees",
+        "(`mg:tenant-secret`), so every replica agrees, and written back by every process "
+        "should Redis lose it; set it where Redis may lose data (tenant ids then never "
+        "depend on Redis)",
         "log_level": "`debug` also logs each chat turn's content on the `gateway.content` "
         "logger (never at `info` or above)",
         "log_format": "`json`: one JSON object a line on stderr, uvicorn's lines included; "
@@ -87,6 +89,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "balancer, set it above the balancer's idle timeout)",
         "client_write_timeout_s": "a client that takes none of its answer this long is cut "
         "off and its upstream stream closed",
+        "client_min_read_bytes_s": "a client with bytes of its answer waiting must take "
+        "this many a second of them (or all), looked at every `client_write_timeout_s` "
+        "(the kernel's acknowledged bytes); else it is cut off. 0: not checked",
         "max_connections_per_client": "open connections one address (IPv6: one /64) may "
         "hold, per process; past it 429 `too_many_connections`. 0: no cap; "
         "`trusted_proxies` are exempt",
@@ -110,8 +115,19 @@ MEANINGS: dict[str, dict[str, str]] = {
         "others get 405. `null`: the OpenAI API's public endpoints, or with `auth.mode: "
         "keys` only the stateless ones (models, embeddings, completions, moderations, "
         "images, audio)",
+        "forward_headers": "client request headers sent upstream besides the built-in "
+        "allowlist (Content-Type, Accept, Accept-Encoding, Content-Encoding, User-Agent, "
+        "OpenAI-Beta, Idempotency-Key, X-Client-Request-Id, `X-Stainless-*`; and "
+        "Authorization, OpenAI-Organization, OpenAI-Project with the client's own key): "
+        "names, or prefixes ending in `*`. Every other client header (cookies, `api-key`, "
+        "`x-api-key`, `X-Forwarded-For`, `Forwarded`...) stays at the gateway, and so do "
+        "the ones it writes itself whatever this says (Authorization, Host, the `X-Session-Id` "
+        "family, hop-by-hop headers)",
         "timeouts": "upstream deadlines (see `upstream.timeouts`)",
         "max_connections": "pooled upstream connections open at once",
+        "tenant_share": "one tenant's share of the pool in one process: past it its "
+        "requests get 429 while no more than a share of the pool is free (alone, a tenant "
+        "gets 1 - share of it); `1`: no share",
         "keepalive_s": "an idle pooled connection is closed after this",
         "max_response_bytes": "one upstream answer, counted decoded; past it 502 "
         "`upstream_response_too_large` (in-band for a stream) and nothing is recorded",
@@ -302,7 +318,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "session_s": "how long a login lasts",
         "secure_cookies": "`null`: `Secure` when the request came over https; `true` behind "
         "a proxy that ends TLS",
-        "login_attempts": "failed logins per client address per `login_window_s`, then 429",
+        "login_attempts": "failed logins per client address (IPv6: per /64) per "
+        "`login_window_s`, counted in Redis; past it, a wrong key gets 429 with `Retry-After` "
+        "(the right key always logs in)",
         "login_window_s": "the window of `login_attempts`",
     },
     "AuthConfig": {
@@ -317,17 +335,24 @@ MEANINGS: dict[str, dict[str, str]] = {
         "upstream_keys": '`keys` mode: named upstream keys, e.g. `{openai: "${OPENAI_API_KEY}"}`',
         "admin_key": "enables `/admin/keys` (create, list, revoke keys)",
         "refresh_s": "how often each process re-reads keys made or revoked through `/admin/keys`",
+        "admin_attempts": "wrong admin keys per client address (IPv6: per /64) per "
+        "`admin_window_s`, counted by each process; past it, a wrong key gets 429 with "
+        "`Retry-After` (the right key always works)",
+        "admin_window_s": "the window of `admin_attempts`",
         "stale_after_s": "a process that could not read the admin API's keys for this long "
         "answers 503 `keys_unavailable` to them (a key revoked meanwhile must not work); "
         "keys of the configuration file still work",
-        "quota_mb": "`forward`: stored megabytes per tenant; past it 429 `insufficient_quota`",
+        "quota_mb": "stored megabytes per tenant whose key names no `quota_mb` (`forward` "
+        "mode: every tenant): a turn's new messages, an import or a pin past it is refused "
+        "429 `insufficient_quota`, checked and charged atomically in Redis; `0` (or `null`): "
+        "no bound",
     },
     "GatewayKey": {
         "key": "the secret itself, usually `${ENV}`",
         "tenant": "the tenant its requests belong to",
         "users": 'the `X-User-Id`s it may name; `"*"`: any',
         "upstream_key": "a name in `auth.upstream_keys`; `null`: `upstream.api_key`",
-        "quota_mb": "stored megabytes of its tenant",
+        "quota_mb": "stored megabytes of its tenant; `null`: `auth.quota_mb`; `0`: no bound",
         "name": "a label for operators",
         "limits": "its own rate limits, over `limits.key`",
     },
@@ -335,13 +360,17 @@ MEANINGS: dict[str, dict[str, str]] = {
         "tenant": "each tenant (in `forward` mode: each client key)",
         "key": "each gateway key (`keys` mode); in `forward` mode the lower of the two applies",
         "tenants": "`keys` mode: a named tenant's own limits, over `tenant`'s",
+        "address": "each client address (IPv6: its /64), whatever key it sends, in both "
+        "modes: the bound on a client rotating keys (in `forward` mode each key is a fresh "
+        "tenant); `server.trusted_proxies` are exempt",
         "lease_s": "a request counts as in flight at most this long (a crashed process's "
         "requests stop counting)",
     },
     "RateLimit": {
         "requests_per_minute": "requests in a sliding minute; 0: no limit",
-        "tokens_per_minute": "prompt tokens forwarded plus completion tokens, charged when "
-        "the answer is over; 0: no limit",
+        "tokens_per_minute": "prompt tokens forwarded plus completion tokens: the prompt "
+        "reserved before it goes (429 when it would pass the limit), settled to the "
+        "upstream's usage when the answer is over; 0: no limit",
         "concurrent": "requests in flight at once (a stream until its last byte); 0: no limit",
     },
     "ModelLimits": {

@@ -35,6 +35,11 @@ class ProxiedRequest(Protocol):
         """The body to send upstream, its conversation replaced by ``context``."""
         ...
 
+    def check_recorded(self, recorded: Sequence[Message]) -> None:
+        """Refuse (400) what memory must not keep of ``recorded``, the request's messages
+        a turn stores (a bad function name), naming the client's own field."""
+        ...
+
 
 class StreamWatcher(Protocol):
     """Watches a relayed stream (pure): did it end cleanly, and what was the answer?"""

@@ -55,6 +55,7 @@ from gateway.compat.uvicorn import (
     ServerState,
 )
 from gateway.errors import REFUSAL_SPREAD_S, error_body
+from gateway.http.slow_readers import Sample, too_slow
 
 TOO_LARGE = "Request line and headers too large."
 
@@ -95,6 +96,7 @@ class ClientLimits:
     header_timeout_s: float | None = None
     body_timeout_s: float | None = None
     write_timeout_s: float | None = None
+    min_read_bytes_s: int = 0  # looked at every write_timeout_s (``slow_readers``)
     max_connections_per_client: int = 0
     trusted_proxies: tuple[str, ...] = ()
     # Parsed with the limits (one per server), not at every connection.
@@ -201,6 +203,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.read_deadline: asyncio.TimerHandle | None = None
         self.head_started = False  # bytes of the current head have arrived
         self.write_deadline: asyncio.TimerHandle | None = None
+        # The look at how fast the client takes its answer, and the last one's counts.
+        self.reader_check: asyncio.TimerHandle | None = None
+        self.reader_seen: Sample | None = None
         # The read deadline passed while the gateway, not the client, held reading paused:
         # a full deadline starts again when reading resumes.
         self.deadline_deferred = False
@@ -270,10 +275,10 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self.read_deadline, self.write_deadline):
+        for timer in (self.read_deadline, self.write_deadline, self.reader_check):
             if timer is not None:
                 timer.cancel()
-        self.read_deadline = self.write_deadline = None
+        self.read_deadline = self.write_deadline = self.reader_check = None
         if self.counted_as is not None:
             counts = _OPEN.get(self.server_state, {})
             left = counts.get(self.counted_as, 1) - 1
@@ -330,6 +335,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.heads += 1
         self.expecting = _Reading.BODY
         super().on_headers_complete()
+        if self.reader_check is None and self.limits.min_read_bytes_s:
+            self._watch_reader()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -436,6 +443,37 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if self.write_deadline is not None:
             self.write_deadline.cancel()
             self.write_deadline = None
+
+    def _watch_reader(self) -> None:
+        if self.limits.write_timeout_s:
+            self.reader_check = self.loop.call_later(
+                self.limits.write_timeout_s, self._look_at_reader
+            )
+
+    def _look_at_reader(self) -> None:
+        """Every ``write_timeout_s`` while a request is answered: cut off a client that
+        takes its answer too slowly (``slow_readers.too_slow``)."""
+        self.reader_check = None
+        cycle = self.cycle
+        if self.transport.is_closing() or cycle is None or cycle.response_complete:
+            self.reader_seen = None  # looked at again from the next request's head
+            return
+        seen = Sample.of(
+            self.transport.get_extra_info("socket"),
+            self.transport.get_write_buffer_size(),
+            self.loop.time(),
+        )
+        if seen is None:
+            return  # the platform does not tell: not looked at again
+        before, self.reader_seen = self.reader_seen, seen
+        if before is not None and too_slow(before, seen, self.limits.min_read_bytes_s):
+            _warn_rarely(
+                self.logger, "slow", "closed a connection: the client took its answer at "
+                "under %d bytes a second", self.limits.min_read_bytes_s,
+            )  # fmt: skip
+            self.transport.abort()  # as the write deadline does (see below)
+            return
+        self._watch_reader()
 
     def _write_deadline_passed(self) -> None:
         # abort, not close: close would wait for the buffer to drain, which it never does.

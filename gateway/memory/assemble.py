@@ -10,7 +10,8 @@ tier, except recall's: its excerpts are tried best first until the budget is use
 shorter one may fit where a longer did not). With recall, what was made without a model
 (fallback summaries and facts) comes after it: recalled words are the better use of the
 room. The prompt, the new messages and the window's ``keep_last`` messages are always
-sent, even over budget (the upstream then reports the overflow in its own words).
+sent, even over budget (the upstream then reports the overflow in its own words), but
+for those messages' images, which give way to placeholders first (``window_images``).
 A tool-calling assistant message and its results are one unit: kept or dropped whole.
 
 Recalled excerpts are shown in conversation order, one line per message with its
@@ -49,6 +50,7 @@ from gateway.memory.tiers.window import (
     newest_unit_list,
     without_unanswered_calls,
 )
+from gateway.memory.window_images import images_within
 from gateway.presets import Composition, TierName
 
 Unit = tuple[Message, ...]
@@ -346,6 +348,8 @@ def assemble(  # noqa: C901  (18: its order of filling is read best in one place
     fixed = _tokens(turn.prompt) + _tokens(turn.new) + TOKENS_PER_REPLY
     units = window_units(turn, tiers, composition)
     keep = kept_units(units, composition.window.keep_last, turn)
+    # Always sent, but not their images past what the budget leaves.
+    units = images_within(units, keep, budget_tokens - fixed, count)
 
     items = memory_items(tiers, pins, composition, count, profile)
     # With recall, fallbacks wait for it: recalled words are the better use of the room.

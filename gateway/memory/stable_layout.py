@@ -56,6 +56,7 @@ from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.model import Fact, Message, Pin, Tiers
 from gateway.memory.reconcile import Reconciled
 from gateway.memory.tiers.window import anchored, step_start
+from gateway.memory.window_images import images_within
 from gateway.presets import Composition, StableLayout
 
 # Where the window's dates are, said from the late message.
@@ -97,15 +98,24 @@ def _current(fact: Fact, n: int, newest: Mapping[str, int]) -> Fact:
 
 
 def stable_window(
-    turn: Reconciled, tiers: Tiers, composition: Composition, budget: int, most: int
+    turn: Reconciled,
+    tiers: Tiers,
+    composition: Composition,
+    budget: int,
+    most: int,
+    *,
+    room: int,
+    count: Count,
 ) -> list[Unit]:
     """The window's units, newest first: about ``window_share`` of the budget and less
     than a step more, within ``most`` tokens and the layout's count, from the anchor on;
-    the newest ``keep_last`` messages always."""
+    the newest ``keep_last`` messages always, their images within ``room`` tokens
+    (``window_images``)."""
     layout = composition.stable
     assert layout is not None
     units = window_units(turn, tiers, composition, messages=layout.window_messages)
     keep = kept_units(units, composition.window.keep_last, turn)
+    units = images_within(units, keep, room, count)
     target = min(int(layout.window_share * budget), most)
     return anchored(units, target, most, layout.step, keep)
 
@@ -158,7 +168,9 @@ def assemble_stable(
     memory_room = int(layout.memory_share * budget_tokens)
     recall_room = int(layout.recall_share * budget_tokens) if composition.recall else 0
     most = budget_tokens - fixed - memory_room - recall_room
-    units = stable_window(turn, tiers, composition, budget_tokens, most)
+    units = stable_window(
+        turn, tiers, composition, budget_tokens, most, room=budget_tokens - fixed, count=count
+    )
     window = tuple(m for unit in reversed(units) for m in unit)
     anchor = window[0].index if window and window[0].index else turn_end(turn) + 1
     used = fixed + _tokens(window)

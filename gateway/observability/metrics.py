@@ -112,6 +112,13 @@ KEYS_LOST = Counter(
     "registry's epoch (Redis lost its data): they no longer work",
     registry=REGISTRY,
 )
+TENANT_SECRET_REPLACED = Counter(
+    "memory_gateway_tenant_secret_replaced",
+    "Times a process found another tenant secret in Redis than the one it used and adopted "
+    "it (Redis lost its data and another gateway made a new secret first): tenant ids "
+    "changed; set server.tenant_secret",
+    registry=REGISTRY,
+)
 STREAM_ERRORS = Counter(
     "memory_gateway_stream_errors",
     "Streams that ended with an in-band error event after a 200, by error code",
@@ -164,6 +171,10 @@ def degraded(reason: str) -> None:
 
 def keys_lost(count: int) -> None:
     KEYS_LOST.inc(count)
+
+
+def tenant_secret_replaced() -> None:
+    TENANT_SECRET_REPLACED.inc()
 
 
 def stream_error(code: str) -> None:

@@ -3,6 +3,12 @@
 
 A revoked key is refused by every process within ``auth.refresh_s`` (each re-reads the
 keys when their version in Redis moves).
+
+Wrong admin keys are limited per client address (``auth.admin_attempts`` per
+``auth.admin_window_s``, then 429 with Retry-After), counted by each process in its own
+memory: a guesser reaching N processes has N times the attempts, which changes nothing
+that matters (the admin key is 16 characters or more; ``gateway.auth.attempts``), and the
+limit holds while Redis is down. The right key is never locked out.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.auth.attempts import Attempts, LocalFailures
 from gateway.auth.authenticator import (
     KeyRecord,
     KeyRegistry,
@@ -26,6 +33,7 @@ from gateway.auth.authenticator import (
 from gateway.auth.identity import has_control_characters
 from gateway.config import AuthConfig
 from gateway.errors import InvalidRequest, NotFound, Unauthorized
+from gateway.http.server import client_address
 from gateway.routes.memory_api import parse_body
 from gateway.routes.relay import read_body
 from gateway.store.gateway_keys import GatewayKeys
@@ -49,8 +57,8 @@ class _NewKey(BaseModel):
     users: list[Annotated[Printable, Field(min_length=1, max_length=128)]] | Literal["*"] = "*"
     upstream_key: StrictStr | None = None
     # Finite: an infinite quota was stored, then no listing could be answered (JSON has
-    # no Infinity).
-    quota_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # no Infinity). None: auth.quota_mb; 0: no bound.
+    quota_mb: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     name: Printable | None = Field(default=None, max_length=128)
 
 
@@ -66,6 +74,12 @@ class AdminAPI:
         self.keys = keys
         self.registry = registry
         self.clock = clock
+        self.attempts = Attempts(
+            LocalFailures(clock),
+            limit=config.admin_attempts,
+            window_s=config.admin_window_s,
+            what="wrong admin keys",
+        )
 
     def routes(self) -> list[Route]:
         return [
@@ -74,12 +88,15 @@ class AdminAPI:
             Route("/admin/keys/{key_id}", self.revoke, methods=["DELETE"]),
         ]
 
-    def _admin(self, request: Request) -> None:
-        if not is_admin(request.headers, self.config.admin_key):
-            raise Unauthorized("the admin API needs auth.admin_key", code="invalid_admin_key")
+    async def _admin(self, request: Request) -> None:
+        if is_admin(request.headers, self.config.admin_key):
+            return  # checked before any count: the right key is never locked out
+        host = request.client.host if request.client else "unknown"
+        await self.attempts.wrong_key(client_address(host))  # past the limit: 429
+        raise Unauthorized("the admin API needs auth.admin_key", code="invalid_admin_key")
 
     async def create(self, request: Request) -> Response:
-        self._admin(request)
+        await self._admin(request)
         body, _ = parse_body(_NewKey, await read_body(request, MAX_BODY_BYTES))
         if body.upstream_key is not None and body.upstream_key not in self.config.upstream_keys:
             raise InvalidRequest(
@@ -104,7 +121,7 @@ class AdminAPI:
         return JSONResponse({**record.to_data(), "key": secret}, status_code=201)
 
     async def list(self, request: Request) -> Response:
-        self._admin(request)
+        await self._admin(request)
         records = [
             {**r.to_data(), "source": "admin" if r.stored else "config"}
             for r in self.registry.records()
@@ -112,7 +129,7 @@ class AdminAPI:
         return JSONResponse({"keys": records})
 
     async def revoke(self, request: Request) -> Response:
-        self._admin(request)
+        await self._admin(request)
         found = request.path_params["key_id"]
         if not await self.keys.revoke(found):
             raise NotFound("no such key made through the admin API", param="key_id")

@@ -33,12 +33,12 @@ from gateway.dialects.chat.request import (
     validation_error,
 )
 from gateway.dialects.responses.dialect import RESPONSES, parse_responses_request
+from gateway.dialects.tool_names import name_error, recorded_bad_name
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.memory.model import Message
 from gateway.routes.relay import read_body
 from gateway.routes.schemas import ImportBody, PinBody, PinEditBody
 from gateway.service.operations import SessionOperations
-from gateway.service.turn import check_quota
 from gateway.store.keys import SessionKeys, UserKeys
 
 # A tool call's results follow it directly: a short tail of the log shows which are open.
@@ -56,10 +56,14 @@ def parse_import(raw: bytes, limits: MessageLimits) -> tuple[Message, ...]:
     except ValidationError as error:
         raise validation_error(data, error) from None
     check_message_sizes(data["messages"], limits)
-    return tuple(  # (the validator made each timestamp a float)
+    messages = tuple(  # (the validator made each timestamp a float)
         Message.from_openai(raw).but(ts=float(shape.timestamp or 0.0))
         for raw, shape in zip(data["messages"], body.messages, strict=True)
     )
+    bad = recorded_bad_name(messages, messages)  # every imported message is stored
+    if bad is not None:
+        raise name_error(f"messages.{bad.position}.{bad.path}", bad.name)
+    return messages
 
 
 # A clock a little ahead of ours is a clock; a message said next year is not: it would
@@ -180,14 +184,15 @@ class MemoryAPI:
         check_not_future(messages, self.ops.clock())
         caller = await self._caller(request)
         user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
-        if caller.quota_bytes is not None:
-            check_quota(await self.store.sessions.usage(keys.tenant), caller.quota_bytes)
         # Tool results must answer a call, in the import or at the end of the stored log:
         # an orphan stored now would be forwarded, and refused upstream, on every turn.
         stored = await self.store.sessions.load(keys, TOOL_CHECK_TAIL)
         check_tool_results(messages, stored.tail)
         recorder = self.memory.recorder
-        count = await recorder.import_messages(keys, user_id, messages, now=self.ops.clock())
+        # Its bytes are reserved against the quota before anything is written (429).
+        count = await recorder.import_messages(
+            keys, user_id, messages, now=self.ops.clock(), quota=caller.quota_bytes
+        )
         _, _, pending = await self.store.sessions.job_state(keys)
         return JSONResponse(
             {"message_count": count, "imported": len(messages), "pending_jobs": len(pending)}
@@ -209,6 +214,7 @@ class MemoryAPI:
             requested_output=dialect.requested_output(parsed.body),
         )
         check_turn_tool_results(parsed.messages, turn.plan.new, turn.plan.prior)
+        parsed.check_recorded(turn.plan.to_record)
         field = "input" if dialect is RESPONSES else "messages"
         forwarded = codec.loads(parsed.forwarded(turn.context.openai_messages()))
         return JSONResponse({field: forwarded[field], "receipt": turn.context.receipt.to_json()})
@@ -226,16 +232,17 @@ class MemoryAPI:
         keys = await self._keys(request)
         body, _ = parse_body(PinBody, await read_body(request, self.max_body_bytes))
         caller = await self._caller(request)
-        if caller.quota_bytes is not None:
-            check_quota(await self.store.sessions.usage(keys.tenant), caller.quota_bytes)
-        pin = await self.ops.add_pin(keys, body.content, body.importance, body.source_index)
+        pin = await self.ops.add_pin(
+            keys, body.content, body.importance, body.source_index, quota=caller.quota_bytes
+        )
         return JSONResponse(pin.to_data(), status_code=201)
 
     async def edit_pin(self, request: Request) -> Response:
         keys = await self._keys(request)
         body, _ = parse_body(PinEditBody, await read_body(request, self.max_body_bytes))
+        quota = (await self._caller(request)).quota_bytes
         pin = await self.ops.edit_pin(
-            keys, request.path_params["pin_id"], body.content, body.importance
+            keys, request.path_params["pin_id"], body.content, body.importance, quota
         )
         return JSONResponse(pin.to_data())
 

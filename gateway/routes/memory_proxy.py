@@ -18,13 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import codec
-from gateway.auth.authenticator import Authenticator
+from gateway.auth.authenticator import Authenticator, Caller
 from gateway.auth.identity import MemoryMode, header_id, memory_mode
 from gateway.config import Settings
 from gateway.dialects.base import Dialect
 from gateway.dialects.chat.dialect import CHAT
 from gateway.errors import InvalidRequest, UpstreamError
-from gateway.http import rate_limits
+from gateway.http import rate_limits, token_costs
 from gateway.memory.model import Message
 from gateway.observability import metrics, request_log
 from gateway.routes.passthrough import Passthrough
@@ -93,19 +93,25 @@ class MemoryProxy:
             stream=parsed.stream,
         )
         if mode is MemoryMode.OFF:
-            return await self.passthrough.forward(request, caller, body=body, extra=_MEMORY_OFF)
+            return await self._as_sent(request, caller, body, parsed.messages, _MEMORY_OFF)
         requested = self.dialect.requested_output(parsed.body)
         turn = await self.turns.open(
             caller, session_id, user_id, mode, parsed.messages, parsed.model, requested
         )
         if isinstance(turn, AsSent):
             extra = {"x-memory-status": turn.status}
-            return await self.passthrough.forward(request, caller, body=body, extra=extra)
+            return await self._as_sent(request, caller, body, parsed.messages, extra)
+        # Of the history, only what this turn stores: a call kept from an earlier answer
+        # and sent back with it must not refuse the session.
+        parsed.check_recorded(turn.plan.to_record)
+        # The context as counted, reserved against a token limit before it goes (429 when
+        # it would pass it: the turn is not forwarded, nothing is recorded).
+        await rate_limits.reserve(turn.context.receipt.total_tokens)
         headers = request_headers(
             request.headers.items(),
             api_key=caller.upstream_key,
-            strip_gateway_headers=True,
-            identity_encoding=True,
+            rewritten=True,
+            allowlist=self.passthrough.allowlist,
         )
 
         def send(turn: Turn) -> Awaitable[UpstreamResponse]:
@@ -130,6 +136,23 @@ class MemoryProxy:
         if sent.refusal is not None:
             return _read(sent.reply, sent.refusal, _status(sent.headers, "not_recorded"))
         return await self._stream(request, sent)
+
+    async def _as_sent(
+        self,
+        request: Request,
+        caller: Caller,
+        body: bytes,
+        messages: tuple[Message, ...],
+        extra: dict[str, str],
+    ) -> Response:
+        """The request forwarded as the client sent it (memory off, or nothing for it to
+        do); under a token limit, its prompt reserved as parsed (images at their cost)."""
+        tokens = None
+        if rate_limits.counting_tokens():
+            tokens = token_costs.body_tokens(len(body), messages)
+        return await self.passthrough.forward(
+            request, caller, body=body, extra=extra, tokens=tokens
+        )
 
     async def _whole(
         self, request: Request, forwarding: Awaitable[Forwarded[UpstreamResponse]]

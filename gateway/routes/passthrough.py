@@ -8,8 +8,9 @@ Notes:
     separator), and an encoded "?" or "#" (which would turn part of the path into a
     query or fragment) are refused with 400 before anything goes upstream. The checks
     read the raw path as the client sent it and the decoded one. Only the allowlisted
-    paths of the OpenAI API (by default) are forwarded at all; the gateway's own headers
-    (``X-Session-Id``, ``X-User-Id``, ``X-Memory-Mode``) never leave it.
+    paths of the OpenAI API (by default) are forwarded at all, with only the allowlisted
+    request headers (``upstream/headers.py``, ``upstream.forward_headers``): the gateway's
+    own (``X-Session-Id``...), the client's cookies and other credentials never leave it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.responses import Response
 
 from gateway.auth.authenticator import Authenticator, Caller
 from gateway.errors import InvalidRequest, NotAllowed
+from gateway.http import rate_limits, token_costs
 from gateway.observability import metrics
 from gateway.routes.relay import (
     CLIENT_CLOSED,
@@ -31,7 +33,7 @@ from gateway.routes.relay import (
     unless_client_leaves,
 )
 from gateway.upstream.client import Upstream
-from gateway.upstream.headers import request_headers
+from gateway.upstream.headers import BUILT_IN, Allowlist, request_headers
 
 # Percent-encodings that could change how the path is read upstream: ".", "/", "\", "?",
 # "#", and "%" itself (a double encoding, decoded once more by a second server).
@@ -67,12 +69,21 @@ def check_path(raw_path: bytes, path: str) -> None:
 
 
 class Passthrough:
-    """Method, path, query, body, status and (end-to-end) headers pass as they are."""
+    """Method, path, query, body and status pass as they are; the allowlisted request headers
+    and the (end-to-end) response headers too."""
 
-    def __init__(self, upstream: Upstream, auth: Authenticator, allowed: Sequence[str]) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        auth: Authenticator,
+        allowed: Sequence[str],
+        allowlist: Allowlist = BUILT_IN,
+    ) -> None:
         self.upstream = upstream
         self.auth = auth
         self._allowed = [_pattern(glob) for glob in allowed]
+        # The client's request headers that go upstream (the memory route's too).
+        self.allowlist = allowlist
 
     async def handle(self, request: Request) -> Response:
         """``/v1/*`` other than chat completions: the caller authenticated, then forwarded."""
@@ -90,7 +101,10 @@ class Passthrough:
         *,
         body: bytes | None = None,
         extra: dict[str, str] | None = None,
+        tokens: int | None = None,
     ) -> Response:
+        """``tokens``: the prompt's, when the caller counted them (else, under a token
+        limit, the body's length tells: ``token_costs.length_tokens``)."""
         path = request.scope["path"]  # not request.url: building it is ~2% of a request
         check_path(request.scope.get("raw_path") or path.encode(), path)
         chat = path == "/v1/chat/completions" and request.method == "POST"
@@ -101,12 +115,20 @@ class Passthrough:
                 allow=("POST",) if path == "/v1/chat/completions" else (),
                 code="path_not_allowed",
             )
+        metered = rate_limits.counting_tokens()
+        if metered:
+            # Reserved before anything goes upstream (429 when they would pass the limit).
+            if tokens is None:
+                tokens = token_costs.length_tokens(path, request.headers, body)
+            await rate_limits.reserve(tokens)
         headers = request_headers(
             request.headers.items(),
             api_key=caller.upstream_key,
-            strip_gateway_headers=True,
-            identity_encoding=False,
+            rewritten=False,
+            allowlist=self.allowlist,
         )
+        if metered:
+            headers = _uncompressed(headers)
         if body is None and not _has_body(request):
             # No body at all (a GET): none upstream either, not an empty chunked one (an
             # upstream that reads none on a GET kept its terminator in the connection,
@@ -134,7 +156,16 @@ class Passthrough:
             self.auth.refused(request.headers)  # the memory API refuses the key too, now
         elif 200 <= upstream.status_code < 300:
             self.auth.accepted(request.headers)
-        return streamed(upstream, relay_stream(upstream), decoded=False, extra=extra)
+        # Its usage settles the reservation (``rate_limits.metered``: read from its end).
+        body_out = rate_limits.metered(relay_stream(upstream))
+        return streamed(upstream, body_out, decoded=False, extra=extra)
+
+
+def _uncompressed(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` asking for an uncompressed answer: one whose usage can be read as it
+    is relayed (under a token limit only)."""
+    kept = [(name, value) for name, value in headers if name.lower() != "accept-encoding"]
+    return [*kept, ("accept-encoding", "identity")]
 
 
 def _has_body(request: Request) -> bool:

@@ -3,8 +3,10 @@ record (its ``recorder``). One round trip each, usually."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gateway.auth.identity import Identity, MemoryMode
@@ -12,9 +14,10 @@ from gateway.caching import BoundedSet
 from gateway.config import MemoryConfig, PromptCacheConfig
 from gateway.errors import NotFound
 from gateway.memory.accounting import tokens_sent
-from gateway.memory.archive import ArchiveCache
+from gateway.memory.archive import Archive, ArchiveCache
 from gateway.memory.assemble import Context, Recalled
 from gateway.memory.branches import facts_after_branch
+from gateway.memory.images import Blob
 from gateway.memory.layout import build_context
 from gateway.memory.model import Message
 from gateway.memory.model_budget import ModelEntry, entry_for, model_budget
@@ -26,17 +29,21 @@ from gateway.service.ports import Embedder, Store
 from gateway.service.recalling import Recall, query_of
 from gateway.service.recording import Recorder, check_record_size
 from gateway.service.turn import (
+    HOLD_S,
     Turn,
     another_users,
-    check_quota,
     forwarded_print,
+    incoming,
+    over_quota,
     session_keys,
 )
 from gateway.service.turn_images import Images, ingested
 from gateway.store.keys import SessionKeys, UserKeys
-from gateway.store.redis_store import Known
+from gateway.store.redis_store import Ask, Held, Known, Loaded, StoreUnavailable
 from gateway.text.embedder import StaticEmbedder
 from gateway.text.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
 
 
 class MemoryService:
@@ -87,6 +94,8 @@ class MemoryService:
         # A prefetch hint, never trusted as data: the sessions past the young-session age
         # (no cross-session recall, nothing to prefetch).
         self._grown: BoundedSet[SessionKeys] = BoundedSet(RECENT_ENTRIES)
+        # Holds given back in the background, kept here until done (not garbage-collected).
+        self._giving_back: set[asyncio.Future[None]] = set()
 
     async def prepare(
         self,
@@ -96,11 +105,19 @@ class MemoryService:
         *,
         requested_output: int | None = None,
         budget_tokens: int | None = None,
+        held: Held | None = None,
     ) -> Turn:
         """Load the session and plan the context (raises ``StoreUnavailable``), within
         ``budget_tokens`` when given (a retry's), else the smaller of
         ``memory.budget_tokens`` and what the model can take with room for an answer of
         ``requested_output`` tokens (``model_budget``).
+
+        A turn that records, of a tenant with a quota, has its new messages' bytes
+        reserved against it in the load's round trip (``QuotaExceeded`` when they do not
+        fit), unless it is planned again with what it ``held`` already (a retry's). Its
+        record charges what it stores beyond them: a tenant passes its quota by at most
+        that, the answer and any history the session did not hold, for each of its turns
+        admitted at once.
 
         One round trip, usually: the load brings what was appended to the session since
         this process last read it (recall searches the archive it holds in memory), and
@@ -119,19 +136,66 @@ class MemoryService:
         peers: tuple[SessionKeys, ...] = ()
         if user is not None and query and maybe_young and tier is not None:
             peers = self._held.peers(user)
-        held = self.archives.get(keys) if tier is not None else None
+        archived = self.archives.get(keys) if tier is not None else None
+        ask = None
+        quota = identity.quota_bytes
+        if held is None and quota is not None and identity.mode is MemoryMode.ON:
+            ask = Ask(keys.tenant, self._incoming_bytes(messages, blobs), quota, HOLD_S)
         loaded = await self.store.sessions.load_turn(
             keys,
             self.config.reconcile_tail,
-            known=Known(held.generation, held.count) if held is not None else None,
+            known=Known(archived.generation, archived.count) if archived is not None else None,
             vectors=self._held.vectors is not None,
             most=MOST_DELTA,
             user=user,
             peers=[(peer, self._held.known(peer)) for peer in peers],
-            usage=identity.quota_bytes is not None and identity.mode is MemoryMode.ON,
+            reserve=ask,
+            now=self.clock(),
         )
-        if loaded.usage is not None and identity.quota_bytes is not None:
-            check_quota(loaded.usage, identity.quota_bytes)
+        if loaded.reservation is not None:
+            if loaded.reservation.held is None and quota is not None:
+                raise over_quota(quota)
+            held = loaded.reservation.held
+        try:
+            turn = await self._planned(
+                identity,
+                loaded,
+                archived,
+                sent=sent,
+                messages=messages,
+                blobs=blobs,
+                model=model,
+                requested_output=requested_output,
+                budget_tokens=budget_tokens,
+                query=query,
+                user=user,
+            )
+        except BaseException:
+            if ask is not None and held is not None:
+                self.give_back(keys.tenant, held)  # no turn to record: its hold goes back
+            raise
+        return replace(turn, held=held)
+
+    async def _planned(
+        self,
+        identity: Identity,
+        loaded: Loaded,
+        archived: Archive | None,
+        *,
+        sent: tuple[Message, ...],
+        messages: tuple[Message, ...],
+        blobs: dict[str, Blob],
+        model: str,
+        requested_output: int | None,
+        budget_tokens: int | None,
+        query: str,
+        user: UserKeys | None,
+    ) -> Turn:
+        """The turn's context planned from its ``loaded`` session (``prepare``)."""
+        keys = session_keys(identity)
+        composition = self.composition
+        tier = composition.recall
+        young_tier = composition.cross_session
         state = loaded.state
         if state.exists and not _users_session(state.user_id, identity):
             # Another user's session, to a key limited to its users or to a request naming
@@ -139,7 +203,7 @@ class MemoryService:
             raise NotFound(f"session {identity.session_id!r} not found", param="session_id")
         archive = None
         if tier is not None:
-            archive = await self._held.archive(keys, loaded.log, held, tier)
+            archive = await self._held.archive(keys, loaded.log, archived, tier)
             state = replace(state, tail=archive.tail(self.config.reconcile_tail))
         plan = await self._planner.plan(messages, state, model)
         if identity.mode is MemoryMode.ON:
@@ -188,6 +252,27 @@ class MemoryService:
             requested_output,
             forwarded,
         )
+
+    def _incoming_bytes(self, messages: Sequence[Message], blobs: Mapping[str, Blob]) -> int:
+        """The bytes a turn reserves of its tenant's quota: its new messages as the record
+        stores them (``incoming``), with their images."""
+        new = incoming(messages)
+        stored = sum(len(message.to_json()) for message in new)
+        return stored + sum(len(blob.data) for blob in self._images.kept(new, blobs))
+
+    def give_back(self, tenant: str, held: Held) -> None:
+        """A hold on ``tenant``'s quota returned unused (its turn will not record), in the
+        background: a request refused or cancelled does not wait for it. Should Redis not
+        take it, the hold expires (``HOLD_S``)."""
+        task = asyncio.ensure_future(self._give_back(tenant, held))
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
+
+    async def _give_back(self, tenant: str, held: Held) -> None:
+        try:
+            await self.store.quotas.give_back(tenant, held)
+        except StoreUnavailable as error:
+            log.warning("a hold on a quota was not given back (it expires): %s", error)
 
     def _with_stable(self, context: Context, forwarded: str, previous: str) -> Context:
         """The context, its receipt saying how much of it the upstream can reuse from what

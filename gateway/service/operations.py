@@ -22,9 +22,13 @@ from gateway.memory.reconcile import Reconciled
 from gateway.memory.session_markdown import iso_time, session_markdown
 from gateway.memory.tiers.pins import score_importance
 from gateway.service.memory_service import MemoryService
+from gateway.service.turn import over_quota
 from gateway.service.worker import JobRunner
 from gateway.store.catalog import ListedSession
 from gateway.store.keys import SessionKeys
+from gateway.store.quota import UNBOUNDED
+from gateway.store.redis_store import Ask
+from gateway.store.sessions import pin_json
 
 # Enough to show a session's window whatever the preset.
 STATE_TAIL = 200
@@ -128,7 +132,10 @@ class SessionOperations:
         content: str,
         importance: float | None = None,
         source_index: int | None = None,
+        quota: int | None = None,
     ) -> Pin:
+        """A new manual pin, its bytes charged to the tenant's quota before it is written
+        (``QuotaExceeded`` past it: ``quota``, None for none)."""
         state = await self.existing(keys)
         if len(state.pins) >= MAX_PINS:
             raise InvalidRequest(
@@ -148,13 +155,19 @@ class SessionOperations:
             pin_type="manual",
             created=self.clock(),
         )
-        await self.store.sessions.add_pin(keys, pin)
+        await self._write_pin(keys, pin, len(pin_json(pin)), quota)
         return pin
 
     async def edit_pin(
-        self, keys: SessionKeys, pin_id: str, content: str | None, importance: float | None
+        self,
+        keys: SessionKeys,
+        pin_id: str,
+        content: str | None,
+        importance: float | None,
+        quota: int | None = None,
     ) -> Pin:
-        """A pin with new content or importance, same id (an edited pin is a manual one)."""
+        """A pin with new content or importance, same id (an edited pin is a manual one);
+        what it grows by is charged to the tenant's quota, as a new pin's bytes are."""
         state = await self.existing(keys)
         pin = next((p for p in state.pins if p.id == pin_id), None)
         if pin is None:
@@ -165,8 +178,26 @@ class SessionOperations:
             importance=pin.importance if importance is None else importance,
             pin_type="manual",
         )
-        await self.store.sessions.add_pin(keys, edited)
+        grown = max(len(pin_json(edited)) - len(pin_json(pin)), 0)
+        await self._write_pin(keys, edited, grown, quota)
         return edited
+
+    async def _write_pin(self, keys: SessionKeys, pin: Pin, nbytes: int, quota: int | None) -> None:
+        """Write ``pin``, its ``nbytes`` reserved against the tenant's quota first (counted
+        without one too, as a turn's bytes are), and given back if the write fails. A
+        deleted pin's bytes go back with its session's erasure."""
+        if nbytes <= 0:
+            await self.store.sessions.add_pin(keys, pin)
+            return
+        ask = Ask(keys.tenant, nbytes, UNBOUNDED if quota is None else quota)
+        reserved = await self.store.quotas.reserve(ask, self.clock())
+        if reserved.held is None:
+            raise over_quota(ask.quota)
+        try:
+            await self.store.sessions.add_pin(keys, pin, charged=nbytes)
+        except BaseException:
+            await self.store.quotas.give_back(keys.tenant, reserved.held)
+            raise
 
     async def delete_pin(self, keys: SessionKeys, pin_id: str) -> None:
         await self.existing(keys)

@@ -14,12 +14,15 @@ from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.store.catalog import ListedSession, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import (
+    Ask,
+    Held,
     JobNotice,
     Joining,
     Known,
     Loaded,
     Predicted,
     Recorded,
+    Reservation,
 )
 
 
@@ -48,7 +51,8 @@ class SessionStore(Protocol):
         most: int = 0,
         user: UserKeys | None = None,
         peers: Sequence[tuple[SessionKeys, Known | None]] = (),
-        usage: bool = False,
+        reserve: Ask | None = None,
+        now: float = 0.0,
     ) -> Loaded: ...
 
     async def record(
@@ -69,6 +73,7 @@ class SessionStore(Protocol):
         active: UserKeys | None = None,
         media: Sequence[Blob] = (),
         forwarded: str = "",
+        held: Held | None = None,
     ) -> Recorded: ...
 
     async def archive_page(
@@ -97,7 +102,7 @@ class SessionStore(Protocol):
         self, keys: SessionKeys, expected_version: int, tiers: Tiers, job: Job
     ) -> int: ...
 
-    async def add_pin(self, keys: SessionKeys, pin: Pin) -> None: ...
+    async def add_pin(self, keys: SessionKeys, pin: Pin, charged: int = 0) -> None: ...
 
     async def delete_pin(self, keys: SessionKeys, pin_id: str) -> bool: ...
 
@@ -108,6 +113,15 @@ class SessionStore(Protocol):
     async def erase_session(self, keys: SessionKeys) -> bool: ...
 
     async def erase_user(self, user: UserKeys) -> int: ...
+
+
+class QuotaStore(Protocol):
+    """A tenant's storage quota: bytes reserved before a write, given back when it fails
+    (``store.quotas``; a turn's go in its load and record instead)."""
+
+    async def reserve(self, ask: Ask, now: float) -> Reservation: ...
+
+    async def give_back(self, tenant: str, held: Held) -> None: ...
 
 
 class UserStore(Protocol):
@@ -173,7 +187,9 @@ class ServerStore(Protocol):
 
     async def ping(self, timeout_s: float | None = None) -> None: ...
 
-    async def tenant_secret(self, timeout_s: float | None = None) -> bytes: ...
+    async def tenant_secret(
+        self, timeout_s: float | None = None, *, keep: bytes | None = None
+    ) -> bytes: ...
 
 
 class CatalogStore(Protocol):
@@ -189,9 +205,16 @@ class CatalogStore(Protocol):
 
 
 class LimitStore(Protocol):
-    """The rate limits' counters (``store.limits``)."""
+    """The rate limits' counters (``store.limits``). A group: one slot's scopes (their key
+    prefixes) and its script's arguments."""
 
-    async def admit(self, scopes: Sequence[str], window: int, args: Sequence[Any]) -> list[Any]: ...
+    async def admit(
+        self, groups: Sequence[tuple[Sequence[str], Sequence[Any]]], window: int
+    ) -> list[list[Any]]: ...
+
+    async def reserve(
+        self, groups: Sequence[tuple[Sequence[str], Sequence[Any]]], window: int
+    ) -> list[list[Any]]: ...
 
     async def release(
         self,
@@ -202,6 +225,7 @@ class LimitStore(Protocol):
         window: int,
         tokens: int,
         ttl_s: int,
+        uncounted: Sequence[str] = (),
     ) -> None: ...
 
 
@@ -214,17 +238,13 @@ class LoginStore(Protocol):
 
     async def close(self, token: str) -> None: ...
 
-    async def failures(self, address: str) -> int: ...
-
-    async def failed(self, address: str, window_s: float) -> None: ...
+    async def failed(self, address: str, window_s: float) -> tuple[int, float]: ...
 
 
 class KeyStore(Protocol):
     """The gateway keys made through the admin API (``store.gateway_keys``)."""
 
-    async def changed_since(
-        self, version: str | None
-    ) -> tuple[str, list[dict[str, Any]]] | None: ...
+    async def changed_since(self, version: str | None) -> tuple[str, dict[str, bytes]] | None: ...
 
     async def save(self, key_id: str, data: dict[str, Any]) -> None: ...
 
@@ -236,6 +256,9 @@ class Store(Protocol):
 
     @property
     def sessions(self) -> SessionStore: ...
+
+    @property
+    def quotas(self) -> QuotaStore: ...
 
     @property
     def users(self) -> UserStore: ...

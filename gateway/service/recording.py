@@ -22,15 +22,18 @@ from gateway.presets import Composition
 from gateway.service.archives import Archives
 from gateway.service.planning import Planner
 from gateway.service.ports import Store
-from gateway.service.turn import Turn, another_users, stored_receipt
+from gateway.service.turn import Turn, another_users, over_quota, stored_receipt
 from gateway.service.turn_images import Images, ingested
 from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.catalog import REFRESH_S, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import (
+    Ask,
+    Held,
     Joining,
     Predicted,
     SessionOwned,
+    StoreFull,
     StoreUnavailable,
     TailMoved,
 )
@@ -133,7 +136,8 @@ class Recorder:
         Redis unavailable (``StoreUnavailable``) is retried for up to ``retry_s``: a Redis
         restarting takes a moment, and the answer's acknowledgement waits for its record.
         Every attempt carries the turn's record id, so one whose reply was lost (Redis
-        went away after running it) is not appended again by the next.
+        went away after running it) is not appended again by the next. A full Redis
+        (``StoreFull``: maxmemory with noeviction) is not retried.
 
         ``request_id`` names the request in the stored receipt (its log line and header),
         and ``usage`` is what the upstream said the answer took.
@@ -149,6 +153,8 @@ class Recorder:
                 return
             except SessionOwned:
                 raise  # another user's session: no retry will make it this one's
+            except StoreFull:
+                raise  # a full Redis (noeviction): no room a moment later either
             except StoreUnavailable:
                 if time.monotonic() + pause > deadline:
                     raise
@@ -178,6 +184,7 @@ class Recorder:
                     record_id=record_id,
                     blobs=turn.media,
                     forwarded=turn.forwarded,
+                    held=turn.held,
                 )
                 if plan.branch_from is not None:
                     await self._facts_after_branch(
@@ -218,20 +225,59 @@ class Recorder:
         messages: tuple[Message, ...],
         *,
         now: float,
+        quota: int | None = None,
     ) -> int:
-        """Append messages as if they had been exchanged (the same policy runs); the count."""
+        """Append messages as if they had been exchanged (the same policy runs); the count.
+
+        With a ``quota`` (the tenant's), the import's bytes are reserved against it before
+        anything is written (``QuotaExceeded`` when they do not fit), and what a failed
+        batch and those after it held is given back."""
         model = self.planner.counter.default_model  # an import names no model
         messages, blobs = await ingested(messages)
         state = await self.store.sessions.load(keys, self.config.reconcile_tail)
         if another_users(state.user_id, user_id):
             raise _not_found(keys)  # another user's session (its user is set once)
-        for part in record_batches(messages, IMPORT_BATCH, self.config.max_record_bytes):
-            batch = await self.planner.counted_off_loop(tuple(part), model)
-            try:
-                state = await self._append(keys, user_id, batch, stored=state, now=now, blobs=blobs)
-            except SessionOwned:
-                raise _not_found(keys) from None  # another user's first turn won a race
+        batches = list(record_batches(messages, IMPORT_BATCH, self.config.max_record_bytes))
+        holds = [Held(self._stored_bytes(part, blobs)) for part in batches]
+        if quota is not None:
+            await self._reserve(keys.tenant, sum(h.nbytes for h in holds), quota, now)
+        done = 0
+        try:
+            for part, held in zip(batches, holds, strict=True):
+                batch = await self.planner.counted_off_loop(tuple(part), model)
+                try:
+                    state = await self._append(
+                        keys, user_id, batch, stored=state, now=now, blobs=blobs,
+                        held=held if quota is not None else None,
+                    )  # fmt: skip
+                except SessionOwned:
+                    raise _not_found(keys) from None  # another user's first turn won a race
+                done += 1
+        finally:
+            if quota is not None and done < len(holds):
+                await self._give_back(keys.tenant, sum(h.nbytes for h in holds[done:]))
         return state.message_count
+
+    def _stored_bytes(self, messages: Sequence[Message], blobs: Mapping[str, media.Blob]) -> int:
+        """What recording ``messages`` charges its tenant's quota, as ``Sessions.record``
+        counts it (before their timestamps and token counts are filled in: the record
+        settles the difference)."""
+        stored = sum(len(message.to_json()) for message in messages)
+        return stored + sum(len(blob.data) for blob in self.images.kept(messages, blobs))
+
+    async def _give_back(self, tenant: str, nbytes: int) -> None:
+        """Bytes reserved for batches not written; when Redis cannot take them, the count
+        stays over (never under) what is stored."""
+        try:
+            await self.store.quotas.give_back(tenant, Held(nbytes))
+        except StoreUnavailable as error:
+            log.warning("%d bytes stay counted against a quota: %s", nbytes, error)
+
+    async def _reserve(self, tenant: str, nbytes: int, quota: int, now: float) -> None:
+        """``nbytes`` charged to ``tenant``'s quota for good, or ``QuotaExceeded``."""
+        reserved = await self.store.quotas.reserve(Ask(tenant, nbytes, quota), now)
+        if reserved.held is None:
+            raise over_quota(quota)
 
     async def _append(
         self,
@@ -247,6 +293,7 @@ class Recorder:
         record_id: str = "",
         blobs: Mapping[str, media.Blob] | None = None,
         forwarded: str = "",
+        held: Held | None = None,
     ) -> SessionState:
         """Record ``messages`` after the ``stored`` state, with the jobs and pins they make
         due, in one round trip when the log is as ``stored`` says (see ``Predicted``). A
@@ -284,6 +331,7 @@ class Recorder:
             active=user if cross is not None else None,
             media=self.images.kept(stamped, blobs),
             forwarded=forwarded,
+            held=held,
         )
         users = sum(1 for m in stamped if m.role == "user")
         if not recorded.predicted:  # another turn landed in between: the real indexes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,13 @@ from gateway.memory.reconcile import Reconciled
 from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.catalog import StoredReceipt
 from gateway.store.keys import SessionKeys
+from gateway.store.quota import Held
+
+# How long a turn holds its new messages' bytes against its tenant's quota without its
+# record (``store.quota``): past the upstream's wait for a first byte (120 s by default)
+# with room for the answer. A turn not recorded (an upstream error, a client gone) gives
+# them back then; one that records later is charged in full by its record.
+HOLD_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,9 @@ class Turn:
     # The forwarded context's fingerprint (``forwarded_print``), kept with the record: the
     # next turn's receipt says how much of its context the upstream can reuse.
     forwarded: str = ""
+    # The bytes reserved against the tenant's quota at admission (None: none reserved):
+    # the record charges what it stores beyond them.
+    held: Held | None = None
 
     @property
     def records(self) -> bool:
@@ -100,13 +110,24 @@ def stored_receipt(
     return StoredReceipt(codec.dumps(data), kept)
 
 
-def check_quota(used: int, quota: int) -> None:
-    """Refuse to store more for a tenant at its quota (429)."""
-    if used >= quota:
-        raise QuotaExceeded(
-            f"this tenant's memory is at its quota ({quota // 2**20} MB stored): "
-            "erase sessions to free some, or ask the operator for more"
-        )
+def over_quota(quota: int) -> QuotaExceeded:
+    """The refusal (429) of a write its tenant's quota has no room for."""
+    size = f"{quota // 2**20} MB" if quota >= 2**20 else f"{quota} bytes"
+    return QuotaExceeded(
+        f"this tenant's memory is at its quota ({size}): erase sessions to free some, "
+        "or ask the operator for more"
+    )
+
+
+def incoming(messages: Sequence[Message]) -> Sequence[Message]:
+    """What a turn is expected to store of a request's messages, reserved at its admission:
+    those after the last assistant message (the new user message, tool results). A
+    client that sends its whole history sends the rest again each turn; what the session
+    did not hold of it is charged by the record."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            return messages[i + 1 :]
+    return messages
 
 
 def session_keys(identity: Identity) -> SessionKeys:

@@ -28,7 +28,7 @@ from gateway.service.answer_tokens import note_tokens_out
 from gateway.service.replies import Reply, read_whole
 from gateway.service.turn import Answered, Turn
 from gateway.service.usage import UNKNOWN, Usage, read_usage
-from gateway.store.redis_store import StoreUnavailable
+from gateway.store.redis_store import Held, StoreUnavailable
 from gateway.text.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,10 @@ class TurnMemory(Protocol):
         *,
         requested_output: int | None = None,
         budget_tokens: int | None = None,
+        held: Held | None = None,
     ) -> Turn: ...
+
+    def give_back(self, tenant: str, held: Held) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +167,20 @@ class TurnService:
             log.warning("memory degraded for this request: %s", error)
             metrics.degraded("redis_unavailable")
             return DEGRADED
-        self.check_tool_results(messages, turn.plan.new, turn.plan.prior)
-        return turn if turn.plan.new else NOTHING_NEW
+        try:
+            self.check_tool_results(messages, turn.plan.new, turn.plan.prior)
+        except BaseException:
+            self._unrecorded(turn)
+            raise
+        if not turn.plan.new:
+            self._unrecorded(turn)
+            return NOTHING_NEW
+        return turn
+
+    def _unrecorded(self, turn: Turn) -> None:
+        """A turn that will not be recorded gives its hold on the quota back."""
+        if turn.held is not None:
+            self.memory.give_back(turn.keys.tenant, turn.held)
 
     async def forward(self, turn: Turn, send: Callable[[Turn], Awaitable[R]]) -> Forwarded[R]:
         """The upstream's answer to ``turn``'s context (``send`` sends one); when it
@@ -189,6 +204,7 @@ class TurnService:
                 turn.model,
                 requested_output=turn.requested_output,
                 budget_tokens=budget,
+                held=turn.held,  # reserved once, at the turn's admission
             )
         except StoreUnavailable:
             return _forwarded(reply, turn, refusal)  # the refusal stands, as the upstream said

@@ -21,7 +21,7 @@ import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, OutOfMemoryError, RedisClusterException, RedisError
 from redis.maint_notifications import MaintNotificationsConfig
 
 from gateway.observability import metrics
@@ -33,6 +33,17 @@ T = TypeVar("T")
 
 class StoreUnavailable(Exception):
     """Redis did not answer in time, or answered with an error."""
+
+
+class StoreFull(StoreUnavailable):
+    """Redis refused a write for want of memory (``maxmemory`` reached, ``noeviction``):
+    not worth retrying a moment later."""
+
+
+def refused(reply: Exception) -> StoreUnavailable:
+    """What an error reply is to the store's callers."""
+    kind = StoreFull if isinstance(reply, OutOfMemoryError) else StoreUnavailable
+    return kind(f"redis: {type(reply).__name__}: {reply}")
 
 
 def create_client(
@@ -84,8 +95,11 @@ SCRIPTS = (
     "end",
     "save_vectors",
     "release_usage",
+    "quota_reserve",
+    "quota_settle",
     "change_key",
     "admit",
+    "limit_reserve",
 )
 
 
@@ -265,7 +279,7 @@ class StoreCalls:
             replies = await self._round_trip(commands, op, deadline)
         for reply in replies if needed is None else replies[:needed]:
             if isinstance(reply, Exception):
-                raise StoreUnavailable(f"redis: {type(reply).__name__}: {reply}")
+                raise refused(reply)
         return replies
 
     async def _round_trip(self, commands: Sequence[Command], op: str, deadline: float) -> list[Any]:

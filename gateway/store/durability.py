@@ -64,18 +64,48 @@ def durability_warnings(settings: Mapping[str, str]) -> list[str]:
     return warnings
 
 
-async def check_durability(store: RedisServer, timeout_s: float) -> list[str]:
-    """The warnings for the store's Redis; raises ``StoreUnavailable`` if it cannot tell."""
+def tenant_secret_warning(settings: Mapping[str, str]) -> str | None:
+    """The warning for a tenant secret kept only in a Redis without persistence (when
+    ``server.tenant_secret`` is not set); None when Redis persists it, or may."""
+    if settings.get("appendonly") != "no" or settings.get("save", "") != "":
+        return None
+    return (
+        "server.tenant_secret is not set and redis may have no persistence: the secret "
+        "that tenant ids are made from lives only in Redis (mg:tenant-secret). Running "
+        "gateways write it back after Redis loses it, but a gateway started before they "
+        "do makes a new one, and the tenant ids of every key change (memory written in "
+        "between becomes unreachable and unerasable until its TTL). Fix: set "
+        "server.tenant_secret (the same long random string on every process), or give "
+        "Redis persistence."
+    )
+
+
+async def read_settings(store: RedisServer, timeout_s: float) -> dict[str, str]:
+    """The settings ``durability_warnings`` judges, by CONFIG GET or else from INFO;
+    raises ``StoreUnavailable`` if Redis cannot be read."""
     settings = await store.server_config(SETTINGS, timeout_s)
     if settings is None:
         settings = settings_from_info(await store.server_info(timeout_s))
-    return durability_warnings(settings)
+    return settings
 
 
-async def warn_if_not_durable(store: RedisServer, timeout_s: float = 2.0) -> None:
+async def check_durability(
+    store: RedisServer, timeout_s: float, *, secret_in_redis: bool = False
+) -> list[str]:
+    """The warnings for the store's Redis; raises ``StoreUnavailable`` if it cannot tell.
+    ``secret_in_redis``: the tenant secret is Redis's (``server.tenant_secret`` unset)."""
+    settings = await read_settings(store, timeout_s)
+    warnings = durability_warnings(settings)
+    secret = tenant_secret_warning(settings) if secret_in_redis else None
+    return warnings if secret is None else [*warnings, secret]
+
+
+async def warn_if_not_durable(
+    store: RedisServer, timeout_s: float = 2.0, *, secret_in_redis: bool = False
+) -> None:
     """Log each warning; never raise (the gateway serves without memory if it must)."""
     try:
-        warnings = await check_durability(store, timeout_s)
+        warnings = await check_durability(store, timeout_s, secret_in_redis=secret_in_redis)
     except StoreUnavailable as error:
         log.warning("could not check redis persistence and eviction settings: %s", error)
         return

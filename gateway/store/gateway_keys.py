@@ -17,15 +17,16 @@ class GatewayKeys:
     def __init__(self, calls: StoreCalls) -> None:
         self._calls = calls
 
-    async def changed_since(self, version: str | None) -> tuple[str, list[dict[str, Any]]] | None:
+    async def changed_since(self, version: str | None) -> tuple[str, dict[str, bytes]] | None:
         """None when the keys are as at ``version``; else the version and every record's
-        data. The version is "<epoch>:<n>" ("": none, or lost with Redis's data)."""
+        JSON by key id, unparsed (the registry parses only the records that changed).
+        The version is "<epoch>:<n>" ("": none, or lost with Redis's data)."""
         (raw_version,) = await self._calls.execute([("GET", AUTH_VERSION)], op="keys_version")
         current = bytes(raw_version or b"").decode("ascii", "replace")
         if current == version:
             return None
         (raw,) = await self._calls.execute([("HGETALL", AUTH_KEYS)], op="keys_read")
-        records = [json.loads(value) for value in pairs(raw).values()]
+        records = {_text(field): value for field, value in pairs(raw).items()}
         return current, records
 
     async def save(self, key_id: str, data: dict[str, Any]) -> None:
@@ -40,3 +41,7 @@ class GatewayKeys:
         call = self._calls.script("change_key", [AUTH_KEYS, AUTH_VERSION], [key_id, data, epoch])
         (reply,) = await self._calls.execute([call], op="keys_change")
         return reply
+
+
+def _text(field: bytes | str) -> str:
+    return field.decode("ascii", "replace") if isinstance(field, bytes) else field

@@ -34,18 +34,18 @@ class InspectorLogins:
     async def close(self, token: str) -> None:
         await self._calls.execute([("DEL", ui_session(_digest(token)))], op="ui_logout")
 
-    async def failures(self, address: str) -> int:
-        """Failed logins of ``address`` in its current window."""
-        (raw,) = await self._calls.execute(
-            [("GET", ui_login_attempts(_digest(address)[:32]))], op="ui_attempts"
-        )
-        return int(raw or 0)
-
-    async def failed(self, address: str, window_s: float) -> None:
-        """One more failed login of ``address``; its window starts at its first failure
-        (INCR keeps the key's expiry). Not EXPIRE ... NX: Redis 6.2, the embedded
-        server's, refuses the NX."""
+    async def failed(self, address: str, window_s: float) -> tuple[int, float]:
+        """One more failed login of ``address``: its failures in its window (which starts
+        at its first failure: INCR keeps the key's expiry), this one included, and the
+        seconds left in it. Not EXPIRE ... NX: Redis 6.2, the embedded server's, refuses
+        the NX."""
         key = ui_login_attempts(_digest(address)[:32])
         window_ms = max(1, int(window_s * 1000))
-        commands = [("SET", key, 0, "PX", window_ms, "NX"), ("INCR", key)]
-        await self._calls.execute(commands, op="ui_attempts")
+        commands = [("SET", key, 0, "PX", window_ms, "NX"), ("INCR", key), ("PTTL", key)]
+        _, count, left_ms = await self._calls.execute(commands, op="ui_attempts")
+        if left_ms == -1:
+            # The window ended between the SET and the INCR, which made the key anew
+            # without an expiry: it would have counted forever.
+            await self._calls.execute([("PEXPIRE", key, window_ms)], op="ui_attempts")
+            left_ms = window_ms
+        return int(count), max(0, int(left_ms)) / 1000

@@ -31,6 +31,12 @@ def usage_key(tenant: str) -> str:
     return f"{PREFIX}:{{{tenant}}}:usage"
 
 
+def held_key(tenant: str) -> str:
+    """The quota's holds of a tenant's turns in flight (``store.quota``), in the slot of its
+    count: one script reserves against both."""
+    return f"{PREFIX}:{{{tenant}}}:held"
+
+
 JOB_GROUP = "summarizers"
 # The tenant and session indexes are written on every turn: sharded, so that on a cluster
 # no one master takes every tenant's (or a big tenant's every) write.
@@ -199,6 +205,12 @@ def limit_scope(tenant: str, key_id: str = "") -> str:
     return f"{PREFIX}:{{rl.{tenant}}}:{scope}"
 
 
+def limit_address(address: str) -> str:
+    """The common part of one client address's rate-limit keys (``limits.address``): in
+    the address's own slot, whatever tenant its requests are for."""
+    return f"{PREFIX}:{{rl.a.{hashlib.sha256(address.encode()).hexdigest()[:32]}}}:a"
+
+
 def limit_counters(scope: str, window: int) -> list[str]:
     """A scope's keys in ``admit.lua``'s order: requests in the previous and the current
     minute, tokens in the previous and the current minute, the in-flight set."""
@@ -280,6 +292,7 @@ class KeyShape:
 _S = PREFIX + ":{<tenant>.<session>}:"
 _U = PREFIX + ":{<tenant>.u<user>}:"
 _RL = PREFIX + ":{rl.<tenant>}:<scope>:"
+_RLA = PREFIX + ":{rl.a.<address>}:a:"
 
 # Every family of keys the gateway writes, in the order the docs show them.
 SCHEMA: tuple[KeyShape, ...] = (
@@ -329,7 +342,11 @@ SCHEMA: tuple[KeyShape, ...] = (
     KeyShape(_U + "profile", "string", RETENTION,
              "cross-session summary and facts built from the history"),
     KeyShape(PREFIX + ":{<tenant>}:usage", "string", RETENTION,
-             "bytes of messages the tenant has stored (its quota)"),
+             "bytes of messages and pins the tenant has stored, and those held for turns "
+             "in flight (its quota's count)"),
+    KeyShape(PREFIX + ":{<tenant>}:held", "zset", RETENTION,
+             "the quota's holds of turns in flight: `<hold id>:<bytes>` → its expiry; "
+             "settled by the turn's record, or given back once expired"),
     KeyShape(PREFIX + ":jobs:{<n>}", "stream", NEVER,
              "shard n of the job notices {tenant, sid, job} (`worker.job_shards`), capped in "
              "length; consumer group `summarizers`. A session's notices all go to one shard; "
@@ -344,9 +361,15 @@ SCHEMA: tuple[KeyShape, ...] = (
              "<epoch>:<n>, n growing with every key made or revoked: processes re-read the "
              "keys when it moves; a new epoch after a loss of data, so it never repeats"),
     KeyShape(_RL + "req.<minute>", "string", "2 min", "requests admitted in a minute"),
-    KeyShape(_RL + "tok.<minute>", "string", "2 min", "tokens charged in a minute"),
+    KeyShape(_RL + "tok.<minute>", "string", "2 min", "tokens reserved and charged in a minute"),
     KeyShape(_RL + "busy", "zset", "`limits.lease_s`",
              "requests in flight: lease id → its expiry"),
+    KeyShape(_RLA + "req.<minute>", "string", "2 min",
+             "requests admitted in a minute from one client address (`limits.address`)"),
+    KeyShape(_RLA + "tok.<minute>", "string", "2 min",
+             "tokens charged in a minute to one client address"),
+    KeyShape(_RLA + "busy", "zset", "`limits.lease_s`",
+             "one client address's requests in flight: lease id → its expiry"),
     KeyShape(PREFIX + ":{ui}:session:<token>", "string", "`ui.session_s`",
              "an inspector login (its cookie's hash)"),
     KeyShape(PREFIX + ":{ui}:login:<address>", "string", "`ui.login_window_s`",

@@ -45,10 +45,14 @@ class RedisServer:
             await self._calls.bounded(self._calls.client.info, op="info", timeout_s=timeout_s)
         )
 
-    async def tenant_secret(self, timeout_s: float | None = None) -> bytes:
-        """The key of the tenant hash, created once and shared by every replica."""
+    async def tenant_secret(
+        self, timeout_s: float | None = None, *, keep: bytes | None = None
+    ) -> bytes:
+        """The key of the tenant hash, shared by every replica: Redis's, or ``keep`` (a
+        new random one when None) written where Redis has none, in one round trip."""
+        proposed = keep if keep is not None else secrets.token_hex(32).encode()
         commands = [
-            ("SET", TENANT_SECRET_KEY, secrets.token_hex(32), "NX"),
+            ("SET", TENANT_SECRET_KEY, proposed, "NX"),
             ("GET", TENANT_SECRET_KEY),
         ]
         _, value = await self._calls.execute(commands, op="tenant_secret", timeout_s=timeout_s)

@@ -2,6 +2,7 @@
 
 - ``sessions``: the request path's load and record, a session's messages, vectors,
   images, tiers (compare-and-set), pins, end and erasure;
+- ``quotas``: a tenant's storage quota, reserved before a write (a turn's in its load);
 - ``users``: a user's session index, history and profile;
 - ``queue``: the job stream, its consumer group, the sessions' leases, the backlog;
 - ``server``: PING, CONFIG and INFO, the tenant secret;
@@ -22,7 +23,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.store.calls import StoreCalls, StoreUnavailable, create_client
+from gateway.store.calls import StoreCalls, StoreFull, StoreUnavailable, create_client
 from gateway.store.catalog import Catalog
 from gateway.store.codecs import Known, LogSlice, Predicted, Recorded
 from gateway.store.gateway_keys import GatewayKeys
@@ -31,6 +32,7 @@ from gateway.store.limits import LimitCounters
 from gateway.store.link import RedisLink
 from gateway.store.parsed_messages import ParsedMessages
 from gateway.store.queue import STREAM_MAXLEN, JobNotice, JobQueue
+from gateway.store.quota import Ask, Held, Quotas, Reservation
 from gateway.store.redis_server import RedisServer
 from gateway.store.sessions import Loaded, SessionOwned, Sessions, TailMoved
 from gateway.store.tiers_cache import TiersCache
@@ -39,6 +41,8 @@ from gateway.store.users import IDLE_BATCH, Joining, Users
 __all__ = [
     "IDLE_BATCH",
     "STREAM_MAXLEN",
+    "Ask",
+    "Held",
     "JobNotice",
     "Joining",
     "Known",
@@ -47,7 +51,9 @@ __all__ = [
     "Predicted",
     "Recorded",
     "RedisStore",
+    "Reservation",
     "SessionOwned",
+    "StoreFull",
     "StoreUnavailable",
     "TailMoved",
     "create_client",
@@ -94,6 +100,7 @@ class RedisStore:
         self._parsed = parsed
         self.users = Users(calls)
         self.sessions = Sessions(calls, self.users, tiers, parsed)
+        self.quotas = Quotas(calls)
         self.queue = JobQueue(calls)
         self.server = RedisServer(calls)
         self.limits = LimitCounters(calls)

@@ -10,6 +10,7 @@ catalog (``catalog``).
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -21,7 +22,7 @@ from gateway.memory.images import Blob
 from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.store import catalog
-from gateway.store.calls import StoreCalls, StoreUnavailable, pairs
+from gateway.store.calls import StoreCalls, StoreFull, StoreUnavailable, pairs, refused
 from gateway.store.codecs import (
     ArchivePage,
     Known,
@@ -36,8 +37,19 @@ from gateway.store.keys import SessionKeys, UserKeys, usage_key
 from gateway.store.link import Command
 from gateway.store.parsed_messages import ParsedMessages
 from gateway.store.queue import announce
+from gateway.store.quota import (
+    Ask,
+    Held,
+    Reservation,
+    reservation,
+    reserve_call,
+    settle_call,
+    take_back_call,
+)
 from gateway.store.tiers_cache import TiersCache
 from gateway.store.users import Joining, Users, add_user_session, ask_idle, idle_of
+
+log = logging.getLogger(__name__)
 
 # record.lua's ``first`` when the session is another user's.
 OWNED = -2
@@ -64,7 +76,15 @@ class Loaded:
     state: SessionState
     log: LogSlice
     peers: dict[SessionKeys, LogSlice]
-    usage: int | None = None  # when asked for: the tenant's stored bytes
+    # When asked for: the turn's bytes reserved against its tenant's quota, or refused;
+    # None too when Redis could not say (a full Redis refuses the write: the turn goes on,
+    # and its record fails the same way).
+    reservation: Reservation | None = None
+
+
+def pin_json(pin: Pin) -> str:
+    """A pin as stored (its bytes are what a manual pin costs its tenant's quota)."""
+    return json.dumps(pin.to_data())
 
 
 class Sessions:
@@ -98,13 +118,15 @@ class Sessions:
         most: int = 0,
         user: UserKeys | None = None,
         peers: Sequence[tuple[SessionKeys, Known | None]] = (),
-        usage: bool = False,
+        reserve: Ask | None = None,
+        now: float = 0.0,
     ) -> Loaded:
         """Everything one request needs, in one round trip: the session's meta, tiers,
         pins and pending jobs, and its log's messages after what the caller holds
         (``known``, up to ``most`` of them; else its newest ``tail``), with their vectors
         if asked; with a user, their cross-session profile and history; the same slice of
-        each of ``peers``; and with ``usage``, the tenant's stored bytes.
+        each of ``peers``; and with ``reserve``, the turn's bytes reserved against its
+        tenant's quota (at ``now``: a hold expires).
 
         The returned state's ``tail`` holds the messages read: the caller that holds
         more puts its own tail there."""
@@ -117,12 +139,20 @@ class Sessions:
         for peer, held in peers:
             commands.append(self._load_call(LoadArgs(peer, 0, held, vectors, most)))
         at["usage"] = len(commands)
-        if usage:
-            commands.append(("GET", usage_key(keys.tenant)))
+        hold = None
+        if reserve is not None:  # last: its error reply alone does not fail the load
+            call, hold = reserve_call(self._calls, reserve, now)
+            commands.append(call)
 
-        replies = await self._calls.execute(commands, op="load_turn")
+        replies = await self._calls.execute(commands, op="load_turn", needed=at["usage"])
         own = LoadReply.decode(replies[0], self._parse)
-        used = int(replies[at["usage"]] or 0) if usage else None
+        reserved = None
+        if hold is not None:
+            reply = replies[at["usage"]]
+            if isinstance(reply, Exception):
+                log.warning("quota not reserved (the record will charge it): %s", reply)
+            else:
+                reserved = reservation(reply, hold)
         profile, history = replies[at["user"] : at["peers"]] if user is not None else (None, [])
         fields = own.fields
         user_id = fields.get(b"user_id")
@@ -145,7 +175,7 @@ class Sessions:
             peer: LoadReply.decode(reply, self._parse).log
             for (peer, _), reply in zip(peers, replies[at["peers"] : at["usage"]], strict=True)
         }
-        return Loaded(state, own.log, peer_logs, used)
+        return Loaded(state, own.log, peer_logs, reserved)
 
     def _load_call(self, args: LoadArgs) -> Command:
         names, argv = args.encode()
@@ -218,6 +248,7 @@ class Sessions:
         active: UserKeys | None = None,
         media: Sequence[Blob] = (),
         forwarded: str = "",
+        held: Held | None = None,
     ) -> Recorded:
         """Append messages atomically, numbering them, with their recall ``vectors``
         (stored forms, "" for none; one per message, or none at all), and the ``media``
@@ -229,6 +260,9 @@ class Sessions:
         the session ``joining`` its user's index, and the catalog's writes (the session and
         its tenant ``listed`` as active, this turn's ``receipt`` kept). A notice whose job was
         not written is harmless: a worker finds no such pending job and acknowledges it.
+
+        The tenant's quota is charged the bytes appended, less those ``held`` for them
+        (``store.quota``), in the same round trip; taken back when nothing was appended.
 
         Raises ``TailMoved`` when ``expected_count`` is given and the log has another length.
         """
@@ -271,8 +305,8 @@ class Sessions:
         if forwarded:  # the context this turn forwarded, for the next turn's receipt
             commands.append(("HSET", keys.meta, "forwarded", forwarded))
         # Last, so that no reply above moves: the tenant's stored bytes (its quota).
-        usage = usage_key(keys.tenant)
-        commands += [("INCRBY", usage, appended), ("EXPIRE", usage, self._calls.retention_s)]
+        at["settle"] = len(commands)
+        commands.append(settle_call(self._calls, keys.tenant, appended, held))
         # After it, too: their replies are not read. Safe to repeat (HSETNX).
         commands += [("HSETNX", keys.media, blob.sha256, blob.data) for blob in media]
         if media:
@@ -282,16 +316,23 @@ class Sessions:
         # have gone to other masters (a cluster): a notice lost with its master leaves
         # its job pending in the session, run with the session's next notice or flush;
         # a failed user index write is made again (or the turn reported degraded).
-        replies = await self._calls.execute(commands, op="record", needed=1)
+        replies = await self._calls.execute(commands, op="record", needed=0)
+        settled = replies[at["settle"]]
+        charged = 0 if isinstance(settled, Exception) else int(settled)
+        if isinstance(replies[0], Exception):
+            # The record refused (a full Redis, its master down): what was charged beside
+            # it is taken back, so that a failed write leaves no bytes counted.
+            await self._take_back(keys.tenant, charged)
+            raise refused(replies[0])
         recorded = Recorded.decode(replies[0])
         if recorded.first < 0:
             # Nothing was appended: the bytes counted beside the script are taken back.
-            await self._calls.execute([("DECRBY", usage, appended)], op="record")
+            await self._take_back(keys.tenant, charged)
             if recorded.first == OWNED:
                 raise SessionOwned(f"session {keys.session_id!r} is another user's")
             raise TailMoved(f"expected {expected_count} messages, found {recorded.count}")
         if recorded.repeated:  # done before, and its bytes counted then
-            await self._calls.execute([("DECRBY", usage, appended)], op="record")
+            await self._take_back(keys.tenant, charged)
         if joining is None:
             return recorded
         indexed = replies[at["indexed"] : at["active"]]
@@ -303,6 +344,18 @@ class Sessions:
         if isinstance(found, Exception):
             return recorded
         return replace(recorded, idle=tuple(s for s in idle_of(found) if s != keys.session_id))
+
+    async def _take_back(self, tenant: str, charged: int) -> None:
+        """Bytes a record charged for nothing appended; when Redis cannot take them, the
+        count stays over (never under) what is stored."""
+        if not charged:
+            return
+        try:
+            await self._calls.execute(
+                [take_back_call(self._calls, tenant, charged)], op="take_back"
+            )
+        except StoreUnavailable as error:
+            log.warning("%d bytes stay counted against a quota: %s", charged, error)
 
     # --- the worker and the memory API ---
 
@@ -346,11 +399,19 @@ class Sessions:
         (written,) = await self._calls.execute([call], op="write_tiers")
         return int(written)
 
-    async def add_pin(self, keys: SessionKeys, pin: Pin) -> None:
-        commands = [
-            ("HSET", keys.pins, pin.id, json.dumps(pin.to_data())),
+    async def add_pin(self, keys: SessionKeys, pin: Pin, charged: int = 0) -> None:
+        """Write ``pin`` (a new one, or one edited: same id); ``charged``: the bytes its
+        tenant's quota was charged for it, added to the session's share (given back when
+        the session is erased)."""
+        commands: list[Command] = [
+            ("HSET", keys.pins, pin.id, pin_json(pin)),
             ("EXPIRE", keys.pins, self._calls.retention_s),
         ]
+        if charged:
+            commands += [
+                ("HINCRBY", keys.meta, "bytes", charged),
+                ("EXPIRE", keys.meta, self._calls.retention_s),
+            ]
         await self._calls.execute(commands, op="add_pin")
 
     async def delete_pin(self, keys: SessionKeys, pin_id: str) -> bool:
@@ -374,10 +435,13 @@ class Sessions:
         meta = await self.meta(keys)
         (deleted,) = await self._calls.execute([("DEL", *keys.all())], op="erase_session")
         if deleted and meta.get("bytes"):
-            release = self._calls.script(
-                "release_usage", [usage_key(keys.tenant)], [int(meta["bytes"])]
-            )
-            await self._calls.execute([release], op="erase_session")
+            release = take_back_call(self._calls, keys.tenant, int(meta["bytes"]))
+            try:
+                await self._calls.execute([release], op="erase_session")
+            except StoreFull as error:
+                # A full Redis deletes (erasing is how room is made) but refuses to count
+                # down: the count stays over what is stored rather than the erase failing.
+                log.warning("an erased session's bytes stay counted: %s", error)
         await self._calls.execute([catalog.forget_session(keys)], op="erase_session")
         if meta.get("user_id"):
             await self._users.forget_user_session(

@@ -6,18 +6,22 @@ only its hash, in Redis (``store.ui``: every replica knows it), until it expires
 nothing after). The cookie is HttpOnly, SameSite=Strict, limited to /ui, and Secure
 behind TLS (``ui.secure_cookies``). A script may send the key as ``Authorization: Bearer
 <key>`` instead. Failed logins are limited per client address (``ui.login_attempts`` a
-window).
+window, counted in Redis: every replica counts alike); the right key is never locked out
+(``gateway.auth.attempts`` says why that is safe).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.auth.attempts import Attempts
 from gateway.auth.identity import bearer_key
+from gateway.http.server import client_address
 from gateway.service.ports import LoginStore
 
 COOKIE = "mg_inspector"
@@ -37,15 +41,15 @@ class AdminAuth:
         attempts: int,
         window_s: float,
     ) -> None:
-        self._key = admin_key.encode()
+        self._digest = _digest(admin_key)
         self.store = store
         self.session_s = session_s
         self.secure_cookies = secure_cookies
-        self.attempts = attempts
-        self.window_s = window_s
+        self.attempts = Attempts(store, limit=attempts, window_s=window_s, what="failed logins")
 
     def is_key(self, candidate: str) -> bool:
-        return hmac.compare_digest(candidate.encode(), self._key)
+        # Digests of equal length: compare_digest would tell the key's length by its time.
+        return hmac.compare_digest(_digest(candidate), self._digest)
 
     def by_key(self, request: Request) -> bool:
         """A script's request, carrying the key itself (no cookie: nothing to forge)."""
@@ -53,24 +57,21 @@ class AdminAuth:
 
     async def allows(self, request: Request) -> bool:
         if "authorization" in request.headers:
-            # A script's key is a login attempt like the form's: limited alike.
-            if await self.too_many_attempts(request):
-                return False
+            # A script's key is a login attempt like the form's: limited alike (past the
+            # limit, a wrong one raises a 429).
             if self.by_key(request):
                 return True
-            await self.failed(request)
+            await self.wrong_key(request)
             return False
         token = request.cookies.get(COOKIE, "")
         if not token:
             return False
         return await self.store.is_open(token)
 
-    async def too_many_attempts(self, request: Request) -> bool:
-        return await self.store.failures(self._address(request)) >= self.attempts
-
-    async def failed(self, request: Request) -> None:
-        """Count a failed login of this client address (for ``window_s``)."""
-        await self.store.failed(self._address(request), self.window_s)
+    async def wrong_key(self, request: Request) -> None:
+        """Count a failed login of this client address; past the limit, raise
+        ``TooManyRequests`` (429, Retry-After)."""
+        await self.attempts.wrong_key(_address(request))
 
     async def log_in(self, response: Response, request: Request) -> None:
         token = secrets.token_urlsafe(32)
@@ -99,6 +100,10 @@ class AdminAuth:
             return self.secure_cookies
         return request.url.scheme == "https"
 
-    @staticmethod
-    def _address(request: Request) -> str:
-        return request.client.host if request.client else "unknown"
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _address(request: Request) -> str:
+    return client_address(request.client.host) if request.client else "unknown"

@@ -1,13 +1,22 @@
 """Which headers cross the proxy (pure).
 
-Hop-by-hop headers (RFC 9110 §7.6.1, plus those a Connection header names) describe one
-connection and never cross. Length and encoding are recomputed by our own server. The
-gateway's own request headers are removed before a memory request goes upstream.
+A client's request reaches the upstream with the headers on an allowlist only: those an
+OpenAI-compatible server reads (what the OpenAI SDKs send), and the ones the operator
+adds (``upstream.forward_headers``). A denylist let through whatever it did not name: an
+Azure- or Anthropic-style key, a cookie, what earlier proxies said of the client, beside
+the operator's key. LiteLLM's proxy forwards client headers the same way (an allowlist).
+
+Answers come back with every header but the hop-by-hop ones (RFC 9110 §7.6.1, plus those a
+Connection header names), which describe one connection and never cross.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 HOP_BY_HOP = frozenset(
     {
@@ -27,16 +36,66 @@ GATEWAY_REQUEST_HEADERS = frozenset({"x-session-id", "x-user-id", "x-memory-mode
 # Which upstream account a request bills and sees: the client's to choose only with its
 # own key, never with the operator's.
 ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
-# The client's other credentials: they go nowhere when the gateway sends its own key (or
-# none): an Azure- or Anthropic-style key, a cookie.
-CREDENTIAL_HEADERS = frozenset({"api-key", "x-api-key", "cookie"})
-# What earlier proxies said of the client: the client's own word, to nobody's use
-# upstream (the gateway is the upstream's client), and its address is the client's data.
-FORWARDING_HEADERS = frozenset(
-    {"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+# What an OpenAI-compatible server reads of a client's request, whoever's key it carries.
+# Content-Encoding describes a body the gateway relays as sent (never one it rewrote).
+FORWARDED_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "content-encoding",
+        "content-type",
+        "user-agent",
+        "openai-beta",  # the Assistants, Realtime... betas
+        "idempotency-key",
+        "x-client-request-id",  # the client's id for its request, in OpenAI's logs
+    }
+)
+# The Stainless-made SDKs' (OpenAI's Python and Node ones) description of themselves and
+# of a retry (X-Stainless-Lang, -OS, -Runtime-Version, -Retry-Count, -Timeout...): what the
+# upstream would get with no gateway in between; no credential, no address.
+FORWARDED_PREFIXES = ("x-stainless-",)
+# Headers the gateway writes itself, or that only name the request's path to it: never
+# forwarded, whatever the configuration says (``upstream.forward_headers``).
+MANAGED_HEADERS = (
+    HOP_BY_HOP
+    | GATEWAY_REQUEST_HEADERS
+    | ACCOUNT_HEADERS
+    | {"authorization", "host", "content-length"}
 )
 # Our own server writes these on every response: relayed too, a response had two of each.
 SERVER_RESPONSE_HEADERS = frozenset({"date", "server"})
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """Names (lower-case) and name prefixes of the client's headers that go upstream."""
+
+    names: frozenset[str] = FORWARDED_HEADERS
+    prefixes: tuple[str, ...] = FORWARDED_PREFIXES
+
+    @classmethod
+    def extended(cls, extra: Iterable[str]) -> Allowlist:
+        """The built-in allowlist and ``extra``: names, or prefixes ending in ``*`` (a
+        managed name among them is said at start-up, and stays the gateway's)."""
+        names, prefixes = set(FORWARDED_HEADERS), list(FORWARDED_PREFIXES)
+        for entry in extra:
+            entry = entry.strip().lower()
+            if entry in MANAGED_HEADERS:
+                log.warning("upstream.forward_headers: %s is the gateway's own to send", entry)
+            elif entry.endswith("*"):
+                prefixes.append(entry[:-1])
+            else:
+                names.add(entry)
+        return cls(frozenset(names), tuple(prefixes))
+
+    def allows(self, name: str) -> bool:
+        """Whether the header ``name`` (lower-case) may cross; never a managed one."""
+        if name in self.names:
+            return True
+        return name not in MANAGED_HEADERS and name.startswith(self.prefixes)
+
+
+BUILT_IN = Allowlist()
 
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -51,25 +110,31 @@ def request_headers(
     headers: Iterable[tuple[str, str]],
     *,
     api_key: str | None,
-    strip_gateway_headers: bool,
-    identity_encoding: bool,
+    rewritten: bool,
+    allowlist: Allowlist = BUILT_IN,
 ) -> list[tuple[str, str]]:
-    """Headers to send upstream for a client's request. ``api_key``: the key sent in the
-    client's stead ("": none at all; None: the client's own, as it sent it)."""
+    """Headers to send upstream for a client's request: those on ``allowlist``, then the key.
+
+    ``api_key``: the key sent in the client's stead ("": none at all; None: the client's
+    own Authorization, and its choice of account, as it sent them). ``rewritten``: the
+    body is the gateway's (a memory turn), whose answer is read to be recorded: the
+    client's Content-Encoding does not describe it, and the answer is asked uncompressed.
+    """
     headers = list(headers)
-    drop = HOP_BY_HOP | FORWARDING_HEADERS | _connection_tokens(headers)
-    drop |= {"host", "content-length"}
-    if strip_gateway_headers:
-        drop |= GATEWAY_REQUEST_HEADERS
-    if api_key is not None:
-        drop |= {"authorization"} | ACCOUNT_HEADERS | CREDENTIAL_HEADERS
-    if identity_encoding:
-        # We must read the answer to record it: ask for it uncompressed.
-        drop |= {"accept-encoding"}
-    out = [(name, value) for name, value in headers if name.lower() not in drop]
+    drop = _connection_tokens(headers)  # hop-by-hop, even when allowed
+    if rewritten:
+        drop |= {"accept-encoding", "content-encoding"}
+    # The client's own key: its Authorization and its choice of account go as it sent them.
+    own = {"authorization"} | ACCOUNT_HEADERS if api_key is None else frozenset()
+    out = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower not in drop and (allowlist.allows(lower) or lower in own):
+            out.append((name, value))
     if api_key:
         out.append(("authorization", f"Bearer {api_key}"))
-    if identity_encoding:
+    if rewritten:
+        # We must read the answer to record it: ask for it uncompressed.
         out.append(("accept-encoding", "identity"))
     return out
 

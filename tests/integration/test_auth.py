@@ -349,7 +349,7 @@ def test_an_id_the_memory_api_could_not_reach_is_refused_by_the_proxy(
 def test_a_tenant_at_its_quota_stores_no_more_until_it_erases(
     keyed: GatewayFactory, redis_server: RedisProcess, session_id: str
 ) -> None:
-    quota_mb = 0.002  # about 2 KB
+    quota_mb = 0.003  # about 3 KB
     gateway = keyed(
         keys=[{"key": "gw-key-quota-012345678", "tenant": "team-q", "quota_mb": quota_mb}],
     )
@@ -359,7 +359,13 @@ def test_a_tenant_at_its_quota_stores_no_more_until_it_erases(
     assert memory.http.post(memory.base + "/messages", json={"messages": big}).status_code == 200
     refused = memory.http.post(memory.base + "/messages", json={"messages": big})
     envelope(refused, 429, "insufficient_quota")
-    turn = chat(gateway, key, **{"X-Session-Id": session_id})
+    # A turn whose new message does not fit in what is left (~600 bytes) is refused too.
+    long_turn = {"model": "fake-model", "messages": [{"role": "user", "content": "z" * 1000}]}
+    turn = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json=long_turn,
+        headers={**key, "X-Session-Id": session_id},
+    )
     envelope(turn, 429, "insufficient_quota")
     # Reading is still allowed; erasing frees the room.
     assert (

@@ -261,8 +261,8 @@ def test_tool_results_sent_alone_must_answer_the_stored_call(
     ("session", "extra"),
     [
         # Memory off: forwarded as sent, but for the gateway's own headers.
-        ("café".encode(), "X-Memory-Mode: off\r\nX-Note: naïve\r\n".encode()),
-        (None, "X-Note: naïve\r\n".encode()),  # no session: passed through
+        ("café".encode(), "X-Memory-Mode: off\r\nUser-Agent: naïve\r\n".encode()),
+        (None, "User-Agent: naïve\r\n".encode()),  # no session: passed through
     ],
 )
 def test_non_ascii_headers_are_forwarded_upstream_as_sent(

@@ -83,6 +83,8 @@ class EndlessUpstream:
 
     async def chat(self, request: Request) -> Response:
         body = await request.json()
+        if body.get("model") == "trickle":
+            return StreamingResponse(self.trickle(), media_type="text/event-stream")
         if body.get("model") != "endless":
             return JSONResponse(
                 {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
@@ -90,6 +92,18 @@ class EndlessUpstream:
                               "message": {"role": "assistant", "content": "short"}}]}
             )  # fmt: skip
         return StreamingResponse(self.stream(), media_type="text/event-stream")
+
+    async def trickle(self) -> AsyncIterator[bytes]:
+        """~30 KB/s, forever: far too slow to fill the gateway's 1 MiB send buffer."""
+        self.streams_started += 1
+        delta = {"content": "word " * 300}  # ~1.5 KB an event
+        event = f"data: {json.dumps({'choices': [{'index': 0, 'delta': delta}]})}\n\n".encode()
+        try:
+            while True:
+                yield event
+                await asyncio.sleep(0.05)
+        finally:
+            self.streams_ended.append(time.monotonic())
 
     async def stream(self) -> AsyncIterator[bytes]:
         self.streams_started += 1
@@ -148,6 +162,56 @@ def test_a_streaming_client_that_stops_reading_loses_its_upstream_stream(
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"] == "short"
+
+
+def _stream_request(api_key: str, session_id: str, model: str) -> bytes:
+    body = json.dumps(
+        {"model": model, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    ).encode()
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {api_key}\r\n"
+        f"X-Session-Id: {session_id}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def test_a_client_that_reads_nothing_of_a_trickling_stream_is_cut_off(
+    edge_gateway: Any, endless: tuple[EndlessUpstream, str], api_key: str, session_id: str
+) -> None:
+    # The stream is far too slow to fill the send buffer the write deadline waits for;
+    # what the client takes of it is what tells.
+    upstream, url = endless
+    gateway = edge_gateway(url, client_write_timeout_s=0.5, client_min_read_bytes_s=100_000)
+    ended_before = len(upstream.streams_ended)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", gateway.port))
+        sock.sendall(_stream_request(api_key, session_id, "trickle"))
+        start = time.monotonic()
+        wait_for(lambda: len(upstream.streams_ended) > ended_before, 10.0)
+        # Two looks (0.5 s apart) and the cut, well before the send buffer could fill.
+        assert upstream.streams_ended[-1] - start < 5
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_that_keeps_up_with_a_slow_stream_is_not_cut_off(
+    edge_gateway: Any, endless: tuple[EndlessUpstream, str], api_key: str, session_id: str
+) -> None:
+    # It takes everything it is sent, at the upstream's 30 KB/s: under the minimum rate,
+    # but nothing waits for it.
+    upstream, url = endless
+    gateway = edge_gateway(url, client_write_timeout_s=0.3, client_min_read_bytes_s=100_000)
+    ended_before = len(upstream.streams_ended)
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(_stream_request(api_key, session_id, "trickle"))
+        received, until = 0, time.monotonic() + 2.0  # six looks and more
+        while time.monotonic() < until:
+            chunk = sock.recv(65536)
+            assert chunk, "the gateway closed a connection that kept up"
+            received += len(chunk)
+    assert received > 30_000
+    assert len(upstream.streams_ended) == ended_before or upstream.streams_ended[-1] > until
 
 
 # Read deadlines, through the options ``serve`` passes.

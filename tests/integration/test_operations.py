@@ -139,6 +139,30 @@ def test_connect_reports_a_refused_key_and_an_unreachable_upstream(
     assert code == 1 and lines[2].startswith(f"upstream {closed}: FAILED (not reachable: ")
 
 
+def test_connect_warns_of_a_tenant_secret_kept_in_a_redis_without_persistence(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    redis_server: RedisProcess,
+    model_server: ServerThread,
+) -> None:
+    """Issue 32, finding 6: with ``server.tenant_secret: null`` the secret lives in Redis;
+    one without persistence (the suite's: no AOF, no snapshots) may lose it on a restart."""
+    path = _config(tmp_path, redis_server.url, model_server.url + "/v1", GOOD_KEY)
+    code, lines = _check(capsys, path)
+    assert code == 0, lines  # a warning, not a failure
+    assert lines[-1].startswith("tenant secret: WARNING (server.tenant_secret is not set")
+    with open(path, "a") as config:
+        config.write("server: {tenant_secret: 'a-long-random-secret-of-the-operator'}\n")
+    code, lines = _check(capsys, path)
+    assert code == 0 and not any(line.startswith("tenant secret") for line in lines)
+    with running_redis(appendonly=True) as durable:
+        path = _config(tmp_path, durable.url, model_server.url + "/v1", GOOD_KEY)
+        code, lines = _check(capsys, path)
+    assert code == 0 and lines[-1] == (
+        "tenant secret: OK (kept in Redis (mg:tenant-secret), which persists it)"
+    )
+
+
 def test_without_connect_nothing_is_reached(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

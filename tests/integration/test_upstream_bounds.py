@@ -152,7 +152,12 @@ def test_a_full_upstream_pool_is_a_quick_503_with_retry_after(
     make_gateway: GatewayFactory, api_key: str, session_id: str
 ) -> None:
     gateway = make_gateway(
-        upstream={"max_connections": 2, "timeouts": {"pool_s": 0.3, "connect_s": 30}}
+        # One tenant may take the whole pool here (its share would refuse it first).
+        upstream={
+            "max_connections": 2,
+            "tenant_share": 1,
+            "timeouts": {"pool_s": 0.3, "connect_s": 30},
+        }
     )
     url = gateway.url + "/v1/chat/completions"
     with httpx.Client(timeout=30) as holder_a, httpx.Client(timeout=30) as holder_b:

@@ -76,6 +76,9 @@ def counted_gateways(
             redis_server.url,
             memory={"preset": preset, **memory},
             worker={"in_process": False},
+            # A configured tenant secret: no poll keeping it in Redis every
+            # auth.refresh_s, whose round trips would be counted with a request's.
+            server={"tenant_secret": "a-tenant-secret-of-the-counted-gateways"},
         )
         clients = build_clients(settings, settings.redis.url, clock=clock, link=trips.link)
         thread = ServerThread(clients.create_app(settings), on_stop=clients.aclose).start()

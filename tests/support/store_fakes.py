@@ -18,6 +18,7 @@ from gateway.service.ports import (
     KeyStore,
     LimitStore,
     LoginStore,
+    QuotaStore,
     ServerStore,
     SessionStore,
     UserStore,
@@ -65,6 +66,7 @@ class UnusedLimits:
     """A ``LimitStore`` none of whose methods the test expects to be called."""
 
     admit = unused("limits.admit")
+    reserve = unused("limits.reserve")
     release = unused("limits.release")
 
 
@@ -86,6 +88,7 @@ class StoreOf:
         self,
         *,
         sessions: SessionStore | None = None,
+        quotas: QuotaStore | None = None,
         users: UserStore | None = None,
         queue: JobQueue | None = None,
         server: ServerStore | None = None,
@@ -95,6 +98,7 @@ class StoreOf:
         gateway_keys: KeyStore | None = None,
     ) -> None:
         self._sessions = sessions
+        self._quotas = quotas
         self._users = users
         self._queue = queue
         self._server = server
@@ -106,6 +110,10 @@ class StoreOf:
     @property
     def sessions(self) -> SessionStore:
         return _given(self._sessions, "sessions")
+
+    @property
+    def quotas(self) -> QuotaStore:
+        return _given(self._quotas, "quotas")
 
     @property
     def users(self) -> UserStore:

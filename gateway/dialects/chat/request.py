@@ -30,6 +30,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from gateway import codec, offload
 from gateway.dialects.chat.parts import chat_shaped
+from gateway.dialects.tool_names import check_chat_tools, name_error, recorded_bad_name
 from gateway.errors import InvalidRequest, PayloadTooLarge
 from gateway.memory import images as media
 from gateway.memory.model import PROMPT_ROLES, Message, call_texts
@@ -161,6 +162,13 @@ class ChatRequest:
     def forwarded(self, context: Sequence[dict[str, Any]]) -> bytes:
         """The body to send upstream: the client's, with ``context`` as its messages."""
         return codec.dumps({**self.body, "messages": chat_shaped(context)})
+
+    def check_recorded(self, recorded: Sequence[Message]) -> None:
+        """Refuse (400) a function name memory would keep in ``recorded``, the end of
+        ``messages`` that a turn stores (``tool_names``)."""
+        bad = recorded_bad_name(self.messages, recorded)
+        if bad is not None:
+            raise name_error(chat_field(bad.position, bad.path), bad.name)
 
 
 class MessageLimits(Protocol):
@@ -537,4 +545,5 @@ def parse_chat_request(raw: bytes, limits: MessageLimits = DEFAULT_LIMITS) -> Ch
             )
     check_tool_results(messages, None)
     check_tool_calls(messages)
+    check_chat_tools(body)
     return ChatRequest(body=body, model=shape.model, messages=messages, stream=bool(shape.stream))

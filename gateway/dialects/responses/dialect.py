@@ -36,6 +36,7 @@ from gateway.dialects.responses.items import (
     messages_from_input,
 )
 from gateway.dialects.responses.watch import ResponsesWatch, chat_usage
+from gateway.dialects.tool_names import check_responses_tools, name_error, recorded_bad_name
 from gateway.errors import InvalidRequest
 from gateway.memory.model import Message
 from gateway.observability import request_log
@@ -61,6 +62,29 @@ class ResponsesRequest:
         body = {k: v for k, v in self.body.items() if k not in UPSTREAM_HISTORY}
         body["input"] = items_from_messages(context, self.passengers)
         return codec.dumps(body)
+
+    def check_recorded(self, recorded: Sequence[Message]) -> None:
+        """Refuse (400) a function name memory would keep in ``recorded`` (``tool_names``),
+        naming the client's function_call item."""
+        bad = recorded_bad_name(self.messages, recorded)
+        if bad is None:
+            return
+        param = "input"
+        if bad.call is not None:
+            call_id = (self.messages[bad.position].tool_calls or ())[bad.call].get("id")
+            at = _function_call_item(self.body.get("input"), call_id)
+            param = "input" if at is None else f"input.{at}.name"
+        raise name_error(param, bad.name)
+
+
+def _function_call_item(items: Any, call_id: Any) -> int | None:
+    """The position of the function_call item with ``call_id`` (ids are unique in an
+    input: ``check_function_calls``)."""
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "function_call" and item.get("call_id") == call_id:
+            return i
+    return None
 
 
 def _check_fields(body: dict[str, Any]) -> tuple[str, bool]:
@@ -114,6 +138,7 @@ def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesReque
             param="input",
         ) from None
     check_function_calls(items)
+    check_responses_tools(body)
     return ResponsesRequest(body, model, converted.messages, stream, converted.passengers)
 
 

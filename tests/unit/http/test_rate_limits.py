@@ -1,28 +1,30 @@
-"""Rate limits' pure parts: which limits a caller gets, the sliding window's arithmetic,
-the 429 a refusal becomes, and what a chat turn is charged."""
+"""Rate limits' pure parts: which limits a caller gets (its client address's too), the
+sliding window's arithmetic, the 429 a refusal becomes, what a chat turn is charged, what
+a request's prompt is estimated at, and what an answer's usage says it took."""
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
 import pytest
+from starlette.datastructures import Headers
 
 from gateway.auth.authenticator import Caller, key_id
 from gateway.config import ConfigError, RateLimit, Settings, parse_settings
-from gateway.http.rate_limits import (
-    _CURRENT,
+from gateway.http.limit_policy import (
     WINDOW_S,
-    Lease,
     LimitPolicy,
     Limits,
     LimitScope,
-    charge,
-    rate_limiter,
+    groups_of,
     refusal,
     retry_after_s,
     window_of,
 )
+from gateway.http.rate_limits import _CURRENT, Lease, charge, rate_limiter
+from gateway.http.token_costs import TAIL_BYTES, UNKNOWN, Tail, body_tokens, length_tokens
 from gateway.memory.model import Message
 from gateway.service.turn import Answered
 from gateway.service.usage import read_usage
@@ -231,3 +233,113 @@ def test_nothing_is_charged_without_a_token_limit_or_an_answer() -> None:
     assert _charged(answer, None, Limits(requests=5)) == 0
     assert _charged(None, None, Limits(tokens=1000)) == 0
     charge(_answered(answer, None))  # no request being limited: no-op
+
+
+def test_a_reservation_waits_for_room_for_all_of_it() -> None:
+    # 2,000 of 3,000 used this minute, 30 s in: 1,400 more fit only once 2,000 * (1 - f)
+    # <= 1,600, in the next minute (f = 0.2: 12 s into it).
+    assert retry_after_s(0, 2000, 3000, 30.0, need=1400) == 30 + 12
+    # A request as large as the whole budget waits for an empty window.
+    assert retry_after_s(0, 100, 3000, 30.0, need=3000) == 30 + 60
+    error = refusal(LimitScope("tenant", "p", Limits(tokens=3000)), 2, 0, 2000, 30.0, 1400)
+    assert "Limit 3000, Used 2000, Requested 1400." in error.body()["error"]["message"]
+    assert error.response_headers()["retry-after"] == "42"
+
+
+def test_the_address_scope_is_the_clients_64_and_trusted_proxies_are_exempt() -> None:
+    settings = parse_settings(
+        {
+            "limits": {"address": {"requests_per_minute": 60}},
+            "server": {"trusted_proxies": ["10.0.0.0/8"]},
+        },
+        environ={},
+    )
+    policy = LimitPolicy(settings)
+    assert policy.active
+    assert policy.scopes(forward_caller("sk-client-one-123456")) == []  # no tenant limits
+    (one,) = policy.address_scopes("2001:db8:1:2::1")
+    (same,) = policy.address_scopes("2001:db8:1:2:ffff::9")
+    (other,) = policy.address_scopes("2001:db8:1:3::1")
+    assert one.prefix == same.prefix != other.prefix
+    assert one.name == "address" and one.limits == Limits(requests=60)
+    assert "2001" not in one.prefix  # a hash of the address, never the address
+    assert policy.address_scopes("10.1.2.3") == []  # a trusted proxy
+    assert policy.address_scopes(None) == []
+    # Its own slot: one script call for it, another for the tenant's.
+    keyed = keys_mode({"tenant": {"concurrent": 2}, "address": {"concurrent": 4}})
+    both = LimitPolicy(keyed).scopes(gateway_caller(KEY_A, "team-a"))
+    both += LimitPolicy(keyed).address_scopes("192.0.2.7")
+    assert [[s.name for s in group] for group in groups_of(both)] == [["tenant"], ["address"]]
+
+
+def test_a_lease_settles_to_what_the_answer_took() -> None:
+    lease = Lease([LimitScope("tenant", "p", Limits(tokens=1000))], "lease")
+    lease.reserved = 400
+    assert lease.settlement() == 0  # nothing said: the reservation stands
+    lease.took(150)
+    assert lease.settlement() == -250  # given back
+    lease.took(900)
+    assert lease.settlement() == 500  # charged beyond it
+
+
+def test_a_prompt_is_estimated_by_its_bytes_and_an_image_by_its_cost() -> None:
+    text = Message("user", "x" * 4000)
+    assert body_tokens(4100, [text]) == 1025
+    png = "data:image/png;base64," + "A" * 400_000  # no size in its head: 1024x1024
+    image = Message(
+        "user",
+        [{"type": "text", "text": "what is it?"}, {"type": "image_url", "image_url": {"url": png}}],
+    )
+    tokens = body_tokens(400_200, [image])
+    # Its other bytes a token every 4, and the image at its cost (its size unknown).
+    assert tokens == math.ceil((400_200 - len(png)) / 4) + 765
+    # A body not parsed is estimated by its length; an upload is no prompt, but on a
+    # path that takes one any body is.
+    json_body = Headers({"content-type": "application/json", "content-length": "4000"})
+    assert length_tokens("/v1/embeddings", json_body) == 1000
+    upload = Headers({"content-type": "multipart/form-data; b=x", "content-length": "9000000"})
+    assert length_tokens("/v1/audio/transcriptions", upload) == 0
+    assert length_tokens("/v1/chat/completions", upload) == 2_250_000
+    assert length_tokens("/v1/embeddings", Headers({"transfer-encoding": "chunked"})) == UNKNOWN
+    assert length_tokens("/v1/models", Headers({})) == 0
+    assert length_tokens("/v1/embeddings", json_body, b"x" * 10) == 3
+
+
+@pytest.mark.parametrize(
+    ("answer", "tokens"),
+    [
+        # A whole chat answer, an embeddings answer, a Responses answer.
+        (
+            b'{"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":7,"total_tokens":37}}',
+            37,
+        ),
+        (b'{"data":[{"embedding":[0.1]}],"usage":{"prompt_tokens":8,"total_tokens":8}}', 8),
+        (b'{"output":[],"usage":{"input_tokens":20,"output_tokens":3},"user":null}', 23),
+        # A stream: usage null in each chunk, then the usage chunk, then [DONE].
+        (
+            b'data: {"choices":[{"delta":{}}],"usage":null}\n\n'
+            b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,'
+            b'"prompt_tokens_details":{"cached_tokens":0},"total_tokens":7}}\n\n'
+            b"data: [DONE]\n\n",
+            7,
+        ),
+        # A model's text that quotes a usage is escaped in its JSON string: not read.
+        (b'{"choices":[{"message":{"content":"\\"usage\\": {\\"total_tokens\\": 1}"}}]}', None),
+        (b'{"usage": "many"}', None),
+        (b"not json at all", None),
+    ],
+)
+def test_an_answers_usage_is_read_from_its_end(answer: bytes, tokens: int | None) -> None:
+    tail = Tail()
+    for at in range(0, len(answer), 7):  # in pieces, as relayed
+        tail.add(answer[at : at + 7])
+    assert tail.tokens() == tokens
+
+
+def test_only_an_answers_last_bytes_are_kept() -> None:
+    tail = Tail()
+    tail.add(b'{"usage":{"total_tokens":99}}')
+    tail.add(b" " * TAIL_BYTES)
+    assert tail.tokens() is None
+    tail.add(b'{"usage":{"total_tokens":5}}')
+    assert tail.tokens() == 5

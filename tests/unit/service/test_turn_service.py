@@ -23,7 +23,7 @@ from gateway.service.turn import Turn
 from gateway.service.turn_service import DEGRADED, NOTHING_NEW, TurnService
 from gateway.service.usage import UNKNOWN, Usage
 from gateway.store.keys import SessionKeys
-from gateway.store.redis_store import StoreUnavailable
+from gateway.store.redis_store import Held, StoreUnavailable
 from gateway.text.tokens import TokenCounter
 
 CALLER = Caller("", key_id("sk-client"), None, None, tenant_name="sk-client")
@@ -73,6 +73,8 @@ class FakeMemory:
         self.recorder = FakeRecorder()
         self.budgets: list[int | None] = []
         self.unavailable = False
+        self.held: list[Held | None] = []  # what each prepare was given as held
+        self.given_back: list[Held] = []
 
     def budget_for(self, model: str, requested_output: int | None = None) -> int:
         return 8_000
@@ -85,8 +87,10 @@ class FakeMemory:
         *,
         requested_output: int | None = None,
         budget_tokens: int | None = None,
+        held: Held | None = None,
     ) -> Turn:
         self.budgets.append(budget_tokens)
+        self.held.append(held)
         if self.unavailable:
             raise StoreUnavailable("redis went away")
         plan = reconcile(messages, SessionState())
@@ -103,7 +107,11 @@ class FakeMemory:
             model,
             messages,
             requested_output=requested_output,
+            held=held or Held(100, "hold:100"),
         )
+
+    def give_back(self, tenant: str, held: Held) -> None:
+        self.given_back.append(held)
 
 
 class FakeReply:
@@ -159,10 +167,13 @@ async def test_a_store_unavailable_fails_closed_when_configured_so() -> None:
         await service(memory, "closed").open(CALLER, "s1", None, MemoryMode.ON, QUESTION, "m", None)
 
 
-async def test_a_request_with_nothing_new_goes_as_sent() -> None:
+async def test_a_request_with_nothing_new_goes_as_sent_and_gives_its_hold_back() -> None:
+    memory = FakeMemory()
     prefill = (*QUESTION, Message("assistant", "You said"))
-    opened = await service(FakeMemory()).open(CALLER, "s1", None, MemoryMode.ON, prefill, "m", None)
+    opened = await service(memory).open(CALLER, "s1", None, MemoryMode.ON, prefill, "m", None)
     assert opened is NOTHING_NEW and opened.status == "off"
+    # Nothing will be recorded: what its admission reserved of the quota goes back.
+    assert memory.given_back == [Held(100, "hold:100")]
 
 
 async def test_a_refused_context_is_planned_again_smaller_once_and_its_budget_kept() -> None:
@@ -186,6 +197,8 @@ async def test_a_refused_context_is_planned_again_smaller_once_and_its_budget_ke
     assert retry_budget is not None and retry_budget < 8_000
     await open_turn(turns)
     assert memory.budgets[2] == retry_budget
+    # The quota was reserved once, at admission: the smaller plan keeps that hold.
+    assert memory.held == [None, turn.held, None] and forwarded.turn.held == turn.held
 
 
 async def test_another_refusal_is_not_retried_and_comes_back_read() -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.store.durability import durability_warnings, settings_from_info
+from gateway.store.durability import (
+    durability_warnings,
+    settings_from_info,
+    tenant_secret_warning,
+)
 
 DURABLE = {"maxmemory-policy": "noeviction", "appendonly": "yes", "save": ""}
 
@@ -52,3 +56,14 @@ def test_info_fields_map_to_config_names() -> None:
     info = {"maxmemory_policy": "allkeys-lru", "aof_enabled": 0, "redis_version": "7.2.4"}
     assert settings_from_info(info) == {"maxmemory-policy": "allkeys-lru", "appendonly": "no"}
     assert settings_from_info({"aof_enabled": 1}) == {"appendonly": "yes"}
+
+
+def test_a_tenant_secret_in_a_redis_that_may_not_persist_is_named_with_its_fix() -> None:
+    """Issue 32, finding 6: ``server.tenant_secret: null`` keeps the secret in Redis."""
+    warning = tenant_secret_warning({**DURABLE, "appendonly": "no"})
+    assert warning is not None and "set server.tenant_secret" in warning
+    unknown = tenant_secret_warning({"appendonly": "no"})  # CONFIG disabled: no "save"
+    assert unknown is not None
+    assert tenant_secret_warning(DURABLE) is None
+    assert tenant_secret_warning({**DURABLE, "appendonly": "no", "save": "3600 1"}) is None
+    assert tenant_secret_warning({}) is None  # unknown: nothing said

@@ -15,7 +15,9 @@ from gateway.store.keys import (
     SessionKeys,
     TenantKeys,
     UserKeys,
+    held_key,
     job_stream,
+    limit_address,
     limit_counters,
     limit_scope,
     shapes_of,
@@ -30,7 +32,7 @@ KEY_ID = "fedcba9876543210fedcba9876543210"  # as authenticator.key_id makes the
 
 
 def built() -> list[str]:
-    """One key of every builder (both rate-limit scopes, odd ids)."""
+    """One key of every builder (every rate-limit scope, odd ids)."""
     session = SessionKeys(TENANT, "a session {with} braces: and colons")
     user = UserKeys(TENANT, "user:{1}")
     return [
@@ -42,11 +44,13 @@ def built() -> list[str]:
         tenants_index(15),
         job_stream(1023),
         usage_key(TENANT),
+        held_key(TENANT),
         TENANT_SECRET_KEY,
         AUTH_KEYS,
         AUTH_VERSION,
         *limit_counters(limit_scope(TENANT), 29_000_000),
         *limit_counters(limit_scope(TENANT, KEY_ID), 29_000_000),
+        *limit_counters(limit_address("2001:db8:1:2::/64"), 29_000_000),
         ui_session("ab" * 32),
         ui_login_attempts("cd" * 16),
     ]
