@@ -26,6 +26,7 @@ from starlette.applications import Starlette
 from gateway import commands as operator_commands
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.http import gc_tuning as collector
+from gateway.http import open_files
 from gateway.http.server import BoundedHeadProtocol, ClientLimits
 from gateway.observability.metrics import MULTIPROC_ENV
 from gateway.observability.request_log import logging_config
@@ -65,6 +66,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
         if embedded is not None:
             await embedded.start()
         collector.tune_for_serving()
+        open_files.raise_to_hard_limit()
         try:
             yield
         finally:
@@ -131,6 +133,7 @@ def worker_app() -> Starlette:
     @contextlib.asynccontextmanager
     async def resources() -> AsyncIterator[None]:
         collector.tune_for_serving()
+        open_files.raise_to_hard_limit()
         try:
             yield
         finally:
