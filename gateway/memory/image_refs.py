@@ -86,7 +86,8 @@ def ingest(messages: Sequence[Message]) -> tuple[tuple[Message, ...], dict[str, 
                 blobs.setdefault(decoded.blob.sha256, decoded.blob)
                 part = media.to_reference(part, decoded)
             parts.append(part)
-        out.append(_with_content(message, parts))
+        # Counted again (tokens 0): a reference costs its image's tokens.
+        out.append(message.with_content(parts, tokens=0))
     return tuple(out), blobs
 
 
@@ -94,19 +95,6 @@ def _taken_in(part: Any) -> bool:
     """Whether ``ingest`` changes the part: a data URL, or a client's reference."""
     return media.is_image(part) and (
         media.is_data_url(media.image_url(part)) or media.is_reference_url(part)
-    )
-
-
-def _with_content(message: Message, content: list[Any]) -> Message:
-    return Message(
-        message.role,
-        content,
-        message.tool_calls,
-        message.tool_call_id,
-        message.name,
-        message.index,
-        0,  # counted again: a reference costs its image's tokens
-        message.ts,
     )
 
 
@@ -177,16 +165,5 @@ def hydrate(
                 parts.append(media.forwarded(part, urls[found["sha256"]]))
             else:
                 parts.append({"type": "text", "text": media.placeholder(part)})
-        out.append(
-            Message(
-                message.role,
-                parts,
-                message.tool_calls,
-                message.tool_call_id,
-                message.name,
-                message.index,
-                message.tokens,
-                message.ts,
-            )
-        )
+        out.append(message.with_content(parts))
     return tuple(out)

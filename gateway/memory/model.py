@@ -160,6 +160,20 @@ class Message:
             self.ts if ts is None else ts,
         )
 
+    def with_content(self, content: Any, tokens: int | None = None) -> Message:
+        """A copy with other content (parts replaced by placeholders, say), and its
+        token count when that changed."""
+        return Message(
+            self.role,
+            content,
+            self.tool_calls,
+            self.tool_call_id,
+            self.name,
+            self.index,
+            self.tokens if tokens is None else tokens,
+            self.ts,
+        )
+
     @property
     def text(self) -> str:
         return content_text(self.content)

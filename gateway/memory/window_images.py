@@ -69,14 +69,4 @@ def _placeheld(message: Message, over: int, count: Count) -> tuple[Message, int]
         for j, part in enumerate(content)
         if j not in gone
     ]
-    placeheld = Message(
-        message.role,
-        parts,
-        message.tool_calls,
-        message.tool_call_id,
-        message.name,
-        message.index,
-        message.tokens - saved,
-        message.ts,
-    )
-    return placeheld, saved
+    return message.with_content(parts, message.tokens - saved), saved

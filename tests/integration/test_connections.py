@@ -155,7 +155,9 @@ async def test_a_call_on_a_silent_redis_times_out_at_its_deadline(one_link: Conn
 
 
 async def test_waiting_behind_a_busy_redis_is_capped(one_link: Connections) -> None:
-    ahead = [asyncio.ensure_future(one_link.execute([busy(40_000)])) for _ in range(12)]
+    # 10 ms of work each: an answer every 10 ms, five to each of the call's 50 ms
+    # deadlines (at 40 ms each, one answer late on a loaded machine ended the wait early).
+    ahead = [asyncio.ensure_future(one_link.execute([busy(10_000)])) for _ in range(48)]
     await asyncio.sleep(0)
     loop = asyncio.get_running_loop()
     start = loop.time()

@@ -11,13 +11,13 @@ private Redis of this module: each test flushes it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from devsupport.servers import RedisProcess, running_redis
+from devsupport.servers import RedisProcess
 from gateway.auth.tenancy import Tenants
 from gateway.observability import metrics
 from gateway.store.keys import TENANT_SECRET_KEY
@@ -27,21 +27,6 @@ from tests.support.fixtures import GatewayFactory
 from tests.support.waiting import reached, wait_for
 
 KEY = "sk-tenant-secret-test-key"  # a name to hash (never sent anywhere)
-
-
-@pytest.fixture(scope="module")
-def private_redis() -> Iterator[RedisProcess]:
-    # Not the suite's Redis: flushing it would take other tests' data and secret.
-    with running_redis() as server:
-        yield server
-
-
-@pytest.fixture
-def admin(private_redis: RedisProcess) -> Iterator[Any]:
-    client = private_redis.client()
-    client.flushall()
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from devsupport.servers import RedisProcess, running_redis
+from devsupport.servers import RedisProcess
 from gateway.presets import PRESETS
 from gateway.service.worker import JobRunner, Worker
 from gateway.store.keys import JOB_GROUP, job_stream
@@ -20,22 +20,6 @@ from gateway.summarize.summarizer import Summarizer
 from gateway.text.tokens import TokenCounter
 
 SHARDS = 4
-
-
-@pytest.fixture(scope="module")
-def private_redis() -> Iterator[RedisProcess]:
-    # Not the suite's Redis: a worker here reads the job stream's group, and would take
-    # (and run) notices other tests left there.
-    with running_redis() as server:
-        yield server
-
-
-@pytest.fixture
-def admin(private_redis: RedisProcess) -> Iterator[Any]:
-    client = private_redis.client()
-    client.flushall()
-    yield client
-    client.close()
 
 
 async def open_store(url: str, *, connections: int, shards: int = SHARDS) -> RedisStore:

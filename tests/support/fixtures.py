@@ -26,7 +26,7 @@ import pytest
 from devsupport.cluster import RedisCluster
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.gateways import build_settings, start_gateway
-from devsupport.servers import RedisProcess, ServerThread
+from devsupport.servers import RedisProcess, ServerThread, running_redis
 from gateway.config import RedisConfig
 from gateway.store.redis_store import RedisStore, create_client
 from tests.support.clients import (
@@ -188,6 +188,23 @@ class ClusterRedis:
 
     def client(self) -> Any:
         return self.cluster.client()
+
+
+@pytest.fixture(scope="module")
+def private_redis() -> Iterator[RedisProcess]:
+    """A Redis of the test module's own, not the suite's: for tests that flush it, or
+    whose workers would take (and run) the jobs other tests left in the shared one."""
+    with running_redis() as server:
+        yield server
+
+
+@pytest.fixture
+def admin(private_redis: RedisProcess) -> Iterator[Any]:
+    """A client of the module's own Redis, flushed before each test."""
+    client = private_redis.client()
+    client.flushall()
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="session")
