@@ -17,7 +17,6 @@ Every check happens before any other work; failures are OpenAI-style 401/403 err
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -32,6 +31,7 @@ from starlette.datastructures import Headers
 
 from gateway import offload
 from gateway.auth.identity import bearer_key
+from gateway.auth.periodic import every
 from gateway.auth.tenancy import Tenants
 from gateway.config import AuthConfig, is_placeholder
 from gateway.errors import Forbidden, KeysUnavailable, Unauthorized, UpstreamUnreachable
@@ -380,20 +380,13 @@ async def watch(
     """Keep the registry's stored keys current: ``read(version)`` returns None when the
     version is unchanged, else (version, records). A failed read keeps what was read
     last (logged once)."""
-    failing = False
-    while not stop.is_set():
-        try:
-            found = await read(registry.version)
-        except Exception as error:  # a Redis outage: keep the last keys, try again
-            if not failing:
-                log.warning("gateway keys not refreshed: %s", error)
-            failing = True
+
+    async def refresh() -> None:
+        found = await read(registry.version)
+        if found is not None:
+            version, records = found
+            registry.replace(version, records)
         else:
-            failing = False
-            if found is not None:
-                version, records = found
-                registry.replace(version, records)
-            else:
-                registry.read()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=registry.refresh_s)
+            registry.read()
+
+    await every(registry.refresh_s, refresh, stop, "gateway keys not refreshed")

@@ -24,11 +24,11 @@ tenant ids are computed from it per request (``tenant_for``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
 from gateway.auth.identity import tenant_id
+from gateway.auth.periodic import every
 from gateway.observability import metrics
 
 log = logging.getLogger(__name__)
@@ -96,16 +96,6 @@ async def keep_secret(
     tenants: Tenants, via: SecretStore, every_s: float, stop: asyncio.Event
 ) -> None:
     """Run ``tenants.keep(via)`` every ``every_s`` until ``stop``. A failed call (Redis
-    away) is logged once and tried again at the next turn."""
-    failing = False
-    while not stop.is_set():
-        try:
-            await tenants.keep(via)
-        except Exception as error:  # a Redis outage: the secret held is still the one
-            if not failing:
-                log.warning("tenant secret not checked in Redis: %s", error)
-            failing = True
-        else:
-            failing = False
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=every_s)
+    away: the secret held is still the one) is logged once and tried again at the next
+    turn."""
+    await every(every_s, lambda: tenants.keep(via), stop, "tenant secret not checked in Redis")

@@ -54,7 +54,6 @@ import asyncio
 import logging
 import math
 import os
-import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextvars import ContextVar
@@ -62,12 +61,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth.authenticator import Authenticator, Caller
 from gateway.config import Settings
-from gateway.errors import REFUSAL_SPREAD_S, GatewayError, MemoryUnavailable, TooManyRequests
+from gateway.errors import GatewayError, MemoryUnavailable, TooManyRequests
 from gateway.http.limit_policy import (
     WINDOW_S,
     LimitPolicy,
@@ -76,6 +74,7 @@ from gateway.http.limit_policy import (
     refusal,
     window_of,
 )
+from gateway.http.refusals import error_response, refuse
 from gateway.http.token_costs import Tail
 from gateway.observability import metrics, request_log
 from gateway.service.ports import LimitStore
@@ -430,16 +429,10 @@ class RateLimitMiddleware:
             caller = self.auth.identify(Headers(scope=scope))
             lease = await self.limiter.admit(caller, client[0] if client else None)
         except TooManyRequests as error:
-            request_log.note(rate_limited=error.type)
-            # Answered after a random part of a second: refusals that arrive together (a
-            # client's connections reopened at once, its kept-alive ones timing out
-            # together) then end apart, and its retries with them, instead of coming back
-            # as one burst that every other client's requests wait behind.
-            await asyncio.sleep(random.uniform(0, REFUSAL_SPREAD_S))
-            await _error_response(error)(scope, receive, send)
+            await refuse(error, scope, receive, send)
             return
         except MemoryUnavailable as error:
-            await _error_response(error)(scope, receive, send)
+            await error_response(error)(scope, receive, send)
             return
         except GatewayError:  # not a key: the route says so
             lease = None
@@ -452,10 +445,6 @@ class RateLimitMiddleware:
         finally:
             _CURRENT.reset(token)
             self.limiter.release(lease)
-
-
-def _error_response(error: GatewayError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.response_headers())
 
 
 def rate_limiter(

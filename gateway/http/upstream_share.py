@@ -21,17 +21,14 @@ from when it is admitted until its response's last byte.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import random
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.auth.authenticator import Authenticator, key_id
-from gateway.errors import REFUSAL_SPREAD_S, GatewayError, TooManyRequests
-from gateway.observability import request_log
+from gateway.errors import GatewayError, TooManyRequests
+from gateway.http.refusals import refuse
 
 UPSTREAM_PREFIX = "/v1/"
 
@@ -84,7 +81,6 @@ class UpstreamShareMiddleware:
             return
         tenant = key_id(caller.tenant_name)  # forward mode: the key's own id, never the key
         if not self.shares.take(tenant):
-            request_log.note(rate_limited="requests")
             held = self.shares.held.get(tenant, 0)
             error = TooManyRequests(
                 f"Too many requests in flight for this tenant: it holds "
@@ -95,13 +91,7 @@ class UpstreamShareMiddleware:
                 retry_after_s=1,
                 limit_headers={},
             )
-            response = JSONResponse(
-                error.body(), status_code=error.status, headers=error.response_headers()
-            )
-            # After a random part of a second, as every 429 of the gateway: a client
-            # retrying at once comes back spread out, not as a burst (errors.py).
-            await asyncio.sleep(random.uniform(0, REFUSAL_SPREAD_S))
-            await response(scope, receive, send)
+            await refuse(error, scope, receive, send)  # spread, as every 429 of the gateway
             return
         try:
             await self.app(scope, receive, send)
