@@ -1,5 +1,6 @@
 """What the benchmarks share: child processes that die with the bench, ports, a
-gateway's health, CPU and memory of a process, quantiles and markdown tables.
+gateway's health, CPU and memory of a process, quantiles and markdown tables, and what a
+result records of where it was measured (commit, machine, library versions).
 
 Servers the test suite uses too (Redis, a Redis Cluster, the fake upstream) are in
 ``devsupport/``; nothing here imports ``tests/``.
@@ -8,7 +9,11 @@ Servers the test suite uses too (Redis, a Redis Cluster, the fake upstream) are 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import math
+import os
+import platform
+import re
 import signal
 import subprocess
 import time
@@ -18,19 +23,23 @@ from typing import Any
 
 import httpx
 
-from devsupport.servers import free_port
+from devsupport.servers import free_port, redis_server_binary
 
 __all__ = [
     "DIE_WITH_PARENT",
     "ROOT",
+    "SUMMARIZER_SERVER",
     "commit",
+    "cpu_model",
     "cpu_seconds",
     "free_port",
+    "machine",
     "ms",
     "quantile",
     "rss_kib",
     "stop",
     "table",
+    "versions",
     "wait_healthy",
 ]
 
@@ -46,6 +55,16 @@ try:
 except OSError:
     pass
 os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+# The test suite's fake upstream, for its summarizer models (valid summaries and facts;
+# ``slow-summarizer``: each after argv[2] seconds): ``python -c SUMMARIZER_SERVER PORT S``.
+SUMMARIZER_SERVER = """
+import sys, uvicorn
+from devsupport import fake_upstream
+fake_upstream.SLOW_SUMMARIZER_S = float(sys.argv[2])
+uvicorn.run(fake_upstream.FakeUpstream().app(), host="127.0.0.1", port=int(sys.argv[1]),
+            log_level="warning")
 """
 
 
@@ -120,3 +139,56 @@ def commit() -> str:
         cwd=ROOT, capture_output=True, text=True, check=False,
     ).stdout.strip()  # fmt: skip
     return done.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The first ``model name`` of /proc/cpuinfo's text ("unknown" on other systems)."""
+    found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+    return found.group(1).strip() if found else "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """Cores and CPU model: a throughput target (req/s) means something on one machine."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    model = cpu_model(cpuinfo)
+    if model == "unknown":
+        model = platform.processor() or model
+    return {"cores": os.cpu_count(), "cpu": model}
+
+
+# What the gateway's request path runs on (and the load generator's aiohttp), by
+# distribution name and the name a result gives it: a result measured with other
+# versions is another result.
+LIBRARIES = {
+    "aiohttp": "aiohttp", "uvicorn": "uvicorn", "uvloop": "uvloop", "httptools": "httptools",
+    "starlette": "starlette", "redis": "redis-py", "hiredis": "hiredis", "orjson": "orjson",
+    "tiktoken": "tiktoken",
+}  # fmt: skip
+
+
+def redis_server_version(output: str) -> str:
+    """ "7.0.15" from ``redis-server --version``'s "Redis server v=7.0.15 sha=…"."""
+    found = re.search(r"\bv=(\S+)", output)
+    return found.group(1) if found else "unknown"
+
+
+def versions(redis_binary: str | None = None) -> dict[str, str]:
+    """Python's, the libraries' (``redis``: redis-py) and redis-server's versions."""
+    found = {"python": platform.python_version()}
+    for distribution, name in LIBRARIES.items():
+        try:
+            found[name] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    binary = redis_binary or redis_server_binary()
+    try:
+        output = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        output = ""
+    found["redis-server"] = redis_server_version(output)
+    return found

@@ -15,7 +15,18 @@ The sizes take turns in blocks of 10 requests, so that the machine's drift reach
 alike.
 Beside it, the *full history* a client without the gateway would send: its tokens, its
 bytes, the client's CPU to serialize and count it, and its time to first event straight
-to the upstream. Ratios compare the largest size with the smallest (target <= 1.5x).
+to the upstream. Ratios compare the largest size with the smallest (target: the added
+p50 at most 1.3x, issue 33).
+
+Part 1 runs in three conditions (``--conditions``), each on a Redis of its own data:
+``flushed`` (the above: every job run before the requests, no worker in the process);
+and two live ones, where users are: the in-process worker on and the imported sessions'
+jobs left pending (never flushed; the requests' own turns add more), with a working
+summarizer (``live-working``: the fake upstream's ``slow-summarizer``, a valid answer
+after ``--summarizer-ms``) or a failing one (``live-failing``: the fast upstream's
+``bench-summarizer``, whose "ok ok …" every summary rule refuses, so that the model-free
+fallback runs at once in the gateway's process). In a live condition the gateway's CPU
+per request includes its worker's, and the pending jobs are read at load and at the end.
 
 Part 2, **time to first token while summaries are made**. A gateway with the in-process
 worker and ``rolling-summary`` (a fold job every turn) whose summarizer answers after
@@ -26,17 +37,18 @@ recording turns (jobs enqueued faster than the worker drains them); and the back
 draining with no writers. The ``mg:jobs`` stream is sampled every 100 ms: depth (not
 yet delivered + delivered, not acknowledged) and lag (age of the oldest unfinished job).
 
-    python bench/flat_cost.py --quick                # < 1 min
+    python bench/flat_cost.py --quick                # ~1.5 min
     python bench/flat_cost.py [--sizes 10,100,1000,10000] [--requests 200] [--json out.json]
 
 Timings on a shared machine are indicative; ratios taken in one run are the numbers
-to read.
+to read. ``--json`` records the commit, the machine and the library versions with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import subprocess
@@ -45,7 +57,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +70,13 @@ if str(ROOT) not in sys.path:
 
 from bench._harness import (  # noqa: E402
     DIE_WITH_PARENT,
+    SUMMARIZER_SERVER,
+    commit,
     cpu_seconds,
     free_port,
+    machine,
     stop,
+    versions,
     wait_healthy,
 )
 from bench.conversations import DEFAULT_DEPTHS, Fact, generate, mentions  # noqa: E402
@@ -119,21 +135,13 @@ def fast_upstream() -> Iterator[str]:
         yield url
 
 
-# The test suite's fake upstream, for its summarizer models (valid summaries and facts).
-_SUMMARIZER = """
-import sys, uvicorn
-from devsupport import fake_upstream
-fake_upstream.SLOW_SUMMARIZER_S = float(sys.argv[2])
-uvicorn.run(fake_upstream.FakeUpstream().app(), host="127.0.0.1", port=int(sys.argv[1]),
-            log_level="warning")
-"""
-
-
 @contextlib.contextmanager
 def summarizer_upstream(delay_s: float) -> Iterator[str]:
+    """The test suite's fake upstream, for its summarizer models (valid summaries and facts;
+    ``slow-summarizer``'s after ``delay_s``)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    command = ["-c", _SUMMARIZER, str(port), str(delay_s)]
+    command = ["-c", SUMMARIZER_SERVER, str(port), str(delay_s)]
     with process(command, lambda: _answers(f"{url}/models")):
         yield url
 
@@ -231,6 +239,7 @@ class Session:
     facts: tuple[Fact, ...]  # stated outside the window: only recall brings them back
 
 
+@functools.cache  # each condition of part 1 imports the same (10,000 messages take seconds)
 def conversation(size: int, number: int, seed: int) -> Session:
     """``size`` messages of generated small talk with facts planted throughout.
 
@@ -272,6 +281,22 @@ def load_session(client: httpx.Client, session: Session) -> int:
     """Import, then run every summarizer job so the tiers are complete; the jobs run."""
     import_session(client, session)
     return flush_session(client, session)
+
+
+def pending_jobs(client: httpx.Client, session_ids: Sequence[str]) -> int:
+    """The sessions' summary jobs not run yet, as the memory API counts them."""
+    return sum(
+        int(post_get(client, f"/memory/sessions/{session_id}")["pending_jobs"])
+        for session_id in session_ids
+    )
+
+
+def post_get(client: httpx.Client, path: str) -> dict[str, Any]:
+    response = client.get(path)
+    if response.status_code != 200:
+        raise RuntimeError(f"{path}: {response.status_code} {response.text[:300]}")
+    result: dict[str, Any] = response.json()
+    return result
 
 
 def flush_session(client: httpx.Client, session: Session) -> int:
@@ -335,20 +360,26 @@ class SizeRun:
     tokens: list[int] = field(default_factory=list)
     cpu_gw_s: float = 0.0
     cpu_redis_s: float = 0.0
+    session_ids: tuple[str, ...] = ()
 
 
 def prepare_size(
     client: httpx.Client, gw: Gateway, store: redis.Redis, size: int, requests: int, seed: int,
+    *, flush: bool = True,
 ) -> SizeRun:  # fmt: skip
-    """Sessions of ``size`` messages imported and flushed, and the requests to send them."""
+    """Sessions of ``size`` messages imported (and flushed, unless a live condition leaves
+    their jobs to the worker), and the requests to send them."""
     sessions = [conversation(size, n, seed) for n in range(copies(size, requests))]
     started = time.monotonic()
     for session in sessions:
         import_session(client, session)
-    # The jobs' cost (summaries, facts), off the request path.
-    cpu = cpu_seconds(gw.pid)
-    jobs = sum(flush_session(client, session) for session in sessions)
-    job_cpu_s, loaded_s = cpu_seconds(gw.pid) - cpu, time.monotonic() - started
+    jobs, job_cpu_ms = None, None
+    if flush:  # the jobs' cost (summaries, facts), off the request path
+        cpu = cpu_seconds(gw.pid)
+        jobs = sum(flush_session(client, session) for session in sessions)
+        job_cpu_ms = (cpu_seconds(gw.pid) - cpu) / jobs * 1000 if jobs else None
+    loaded_s = time.monotonic() - started
+    ids = tuple(session.id for session in sessions)
     plan = [(s, f) for s in sessions for f in s.facts]
     plan = [plan[i % len(plan)] for i in range(requests)]
     loaded = {
@@ -357,13 +388,14 @@ def prepare_size(
         "requests": requests,
         "load_s": round(loaded_s, 1),
         "summary_jobs": jobs,
-        "job_cpu_ms": job_cpu_s / jobs * 1000 if jobs else None,
+        "job_cpu_ms": job_cpu_ms,
+        "pending_jobs_loaded": pending_jobs(client, ids),
         **stored_kb(store, sessions[0].id),
     }
     return SizeRun(
         plan, {(s.id, f.probe): forwarded(client, s, f) for s, f in plan}, loaded,
         full_history_cost(TokenCounter(), *plan[0]),
-        chat_body([*plan[0][0].messages, probe(plan[0][1])]),
+        chat_body([*plan[0][0].messages, probe(plan[0][1])]), session_ids=ids,
     )  # fmt: skip
 
 
@@ -421,11 +453,12 @@ def measure_sizes(
             run.full_first.append(stream(direct, url, run.full_body, AUTH).first_event_s)
 
 
-def size_row(run: SizeRun) -> dict[str, Any]:
+def size_row(run: SizeRun, pending_end: int) -> dict[str, Any]:
     gw_first, direct_first, requests = run.gw_first, run.direct_first, len(run.plan)
     present = [run.contexts[(s.id, f.probe)][1] for s, f in run.plan]
     return {
         **run.loaded,
+        "pending_jobs_end": pending_end,
         "forwarded_tokens": statistics.mean(run.tokens),
         "recall_present": sum(present) / len(present),
         "gateway_cpu_ms": run.cpu_gw_s / requests * 1000,
@@ -450,32 +483,95 @@ RATIO_KEYS = (
 
 
 def ratios(rows: Sequence[dict[str, Any]], base: int) -> dict[str, float | None]:
-    """Each measure at the largest size over the same at ``rows[base]``."""
+    """Each measure at the largest size over the same at ``rows[base]`` (None: either is
+    missing, as the jobs' CPU of a live condition, or the base is 0)."""
     first, last = rows[base], rows[-1]
-    return {key: (last[key] / first[key] if first[key] else None) for key in RATIO_KEYS}
+    return {
+        key: (last[key] / first[key] if first[key] and last[key] is not None else None)
+        for key in RATIO_KEYS
+    }
+
+
+RATIO_TARGET = 1.3  # issue 33: the largest session's added p50 over the smallest's
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What part 1's gateway runs beside the requests: its worker and its summarizer."""
+
+    name: str
+    summarizer: str  # "instant", "slow" (the fake upstream's) or "upstream" (the fast one)
+    model: str
+    live: bool  # the in-process worker on, the jobs never flushed
+
+
+CONDITIONS = {
+    "flushed": Condition("flushed", "instant", "fake-summarizer", live=False),
+    "live-working": Condition("live-working", "slow", "slow-summarizer", live=True),
+    "live-failing": Condition("live-failing", "upstream", "bench-summarizer", live=True),
+}
+
+
+def summary_outcomes(client: httpx.Client) -> dict[str, float]:
+    """The gateway's summarizer answers so far by outcome (ok, rejected, failed, ...)."""
+    prefix = "memory_gateway_summaries_total{outcome="
+    return {
+        line[len(prefix) :].split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in client.get("/metrics").text.splitlines()
+        if line.startswith(prefix)
+    }
 
 
 def run_flat_cost(args: argparse.Namespace, redis_server: RedisProcess) -> dict[str, Any]:
+    """Part 1 in each condition: ``{condition name: result}``."""
+    results = {}
+    with fast_upstream() as upstream, summarizer_upstream(0.0) as instant, \
+            summarizer_upstream(args.summarizer_ms / 1000) as slow:  # fmt: skip
+        summarizers = {"instant": instant, "slow": slow, "upstream": upstream}
+        for name in args.conditions.split(","):
+            condition = CONDITIONS[name]
+            # Each on its own data: no session, and no job, of the one before.
+            with redis_server.client() as store:
+                store.flushall()
+            log(f"  condition {name}")
+            settings = gateway_settings(
+                redis_server.url, upstream, summarizers[condition.summarizer], args.preset,
+                summarizer_model=condition.model, in_process_worker=condition.live,
+            )  # fmt: skip
+            settings["memory"].update(json.loads(args.memory))
+            results[name] = run_condition(args, redis_server, settings, upstream, condition)
+    return results
+
+
+def run_condition(
+    args: argparse.Namespace, redis_server: RedisProcess, settings: dict[str, Any],
+    upstream: str, condition: Condition,
+) -> dict[str, Any]:  # fmt: skip
     sizes = [int(s) for s in args.sizes.split(",")]
     redis_pid = redis_server.process.pid if redis_server.process else 0
-    with fast_upstream() as upstream, summarizer_upstream(0.0) as summarizer:
-        settings = gateway_settings(
-            redis_server.url, upstream, summarizer, args.preset,
-            summarizer_model="fake-summarizer", in_process_worker=False,
-        )  # fmt: skip
-        settings["memory"].update(json.loads(args.memory))
-        with gateway(settings) as gw, redis_server.client() as store, \
-                httpx.Client(base_url=gw.url, headers=AUTH, timeout=120) as client, \
-                httpx.Client(timeout=120) as direct:  # fmt: skip
-            runs = []
-            for size in sizes:
-                runs.append(prepare_size(client, gw, store, size, args.requests, args.seed))
-                log(f"  {size} messages loaded: {runs[-1].loaded}")
-            measure_sizes(runs, client, direct, gw, redis_pid, upstream)
-            rows = [size_row(run) for run in runs]
-            for row in rows:
-                log(f"  {row['messages']} messages: {row}")
-    result = {"preset": args.preset, "rows": rows, "ratio_last_first": ratios(rows, 0)}
+    with gateway(settings) as gw, redis_server.client() as store, \
+            httpx.Client(base_url=gw.url, headers=AUTH, timeout=120) as client, \
+            httpx.Client(timeout=120) as direct:  # fmt: skip
+        runs = []
+        for size in sizes:
+            runs.append(
+                prepare_size(
+                    client, gw, store, size, args.requests, args.seed, flush=not condition.live
+                )
+            )
+            log(f"  {size} messages loaded: {runs[-1].loaded}")
+        measure_sizes(runs, client, direct, gw, redis_pid, upstream)
+        rows = [size_row(run, pending_jobs(client, run.session_ids)) for run in runs]
+        for row in rows:
+            log(f"  {row['messages']} messages: {row}")
+        outcomes = summary_outcomes(client)
+    result = {
+        "preset": args.preset,
+        "condition": asdict(condition),
+        "summaries": outcomes,
+        "rows": rows,
+        "ratio_last_first": ratios(rows, 0),
+    }
     if len(rows) > 2:
         # The smallest session's whole history is smaller than the window and the
         # budget: from the second size on, the context is as full as it gets.
@@ -489,7 +585,7 @@ def flat_cost_table(result: dict[str, Any]) -> str:
         "| gateway CPU ms/req | Redis CPU ms/req "
         "| added p50 ms | added p99 ms | gateway 1st event p50 ms | full-history tokens "
         "| full-history KB | full-history client CPU ms | full-history 1st event p50 ms "
-        "| summary job CPU ms |"
+        "| summary job CPU ms (flushed) or jobs pending at load → end (live) |"
     )
     lines = [head, "|" + "---|" * 14]
     for r in result["rows"]:
@@ -506,11 +602,22 @@ def flat_cost_table(result: dict[str, Any]) -> str:
     for key in ("ratio_last_first", "ratio_last_second"):
         if key in result:
             lines.append(_ratio_row(result["rows"], key, result[key]))
+    added = result["ratio_last_first"]["added_p50_ms"]
+    met = "n/a" if added is None else ("yes" if added <= RATIO_TARGET else "no")
+    sizes = f"{result['rows'][-1]['messages']:,} / {result['rows'][0]['messages']:,}"
+    lines.append(
+        f"\nAdded p50, {sizes} messages: "
+        + ("n/a" if added is None else f"{added:.2f}x")
+        + f" (target ≤ {RATIO_TARGET:g}x: {met}). Summarizer answers: "
+        + (", ".join(f"{k} {v:.0f}" for k, v in result["summaries"].items() if v) or "none")
+    )
     return "\n".join(lines)
 
 
 def _job_cpu(row: dict[str, Any]) -> str:
     cpu = row["job_cpu_ms"]
+    if row["summary_jobs"] is None:  # live: the worker ran them, or has yet to
+        return f"{row['pending_jobs_loaded']:,} → {row['pending_jobs_end']:,}"
     return "n/a" if cpu is None else f"{cpu:.1f}"
 
 
@@ -834,10 +941,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--summary-preset", default="rolling-summary", help="part 2's preset")
     parser.add_argument("--phase-s", type=float, default=10, help="seconds per part 2 phase")
     parser.add_argument("--parts", default="cost,summaries", help="cost, summaries or both")
+    parser.add_argument(
+        "--conditions",
+        default=",".join(CONDITIONS),
+        help=f"part 1's conditions, of {', '.join(CONDITIONS)}",
+    )
     parser.add_argument("--quick", action="store_true",
-                        help="sizes up to 5,000, 30 requests, 3 s phases: < 1 min")  # fmt: skip
+                        help="sizes up to 5,000, 30 requests, 3 s phases: ~1.5 min")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write every number here")
     args = parser.parse_args(argv)
+    unknown = set(args.conditions.split(",")) - set(CONDITIONS)
+    if unknown:
+        parser.error(f"--conditions: unknown {', '.join(sorted(unknown))}")
     if args.quick:
         # Making 10,000 messages' summaries alone takes ~40 s (see job_cpu_ms).
         args.sizes, args.requests, args.phase_s = "10,100,1000,5000", 30, 3.0
@@ -847,20 +962,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     parts = args.parts.split(",")
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"commit": commit(), "machine": machine(), "versions": versions()}
     redis_server = RedisProcess().start()
     try:
         if "cost" in parts:
-            log(f"part 1: {args.requests} requests at each of {args.sizes} messages")
+            log(
+                f"part 1: {args.requests} requests at each of {args.sizes} messages, "
+                f"conditions {args.conditions}"
+            )
             results["flat_cost"] = run_flat_cost(args, redis_server)
         if "summaries" in parts:
             log(f"part 2: {args.phase_s} s phases, summarizer {args.summarizer_ms} ms a call")
             results["summarization"] = run_summarization(args, redis_server)
     finally:
         redis_server.cleanup()
-    if "flat_cost" in results:
-        print(f"\n### Cost per request against conversation length ({args.preset})\n")
-        print(flat_cost_table(results["flat_cost"]))
+    for name, result in results.get("flat_cost", {}).items():
+        print(f"\n### Cost per request against conversation length ({args.preset}, {name})\n")
+        print(flat_cost_table(result))
     if "summarization" in results:
         summaries = results["summarization"]
         print(

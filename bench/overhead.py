@@ -7,8 +7,9 @@ summarization worker on), LiteLLM's proxy (one worker, ``--litellm PATH``) in fr
 the same upstream, and the load generator (``bench/load.py``, aiohttp). One table is
 printed (markdown) and ``--json FILE`` keeps it with the raw numbers.
 
-    .venv/bin/python bench/overhead.py --quick                  # smoke run, < 1 min
+    .venv/bin/python bench/overhead.py --quick                  # smoke run, ~1.5 min
     .venv/bin/python bench/overhead.py --litellm /tmp/litellm-venv/bin/litellm --json out.json
+    .venv/bin/python bench/overhead.py --quick --sessions-only --profile /tmp/prof
 
 Sections:
 
@@ -22,7 +23,8 @@ Sections:
   is measured against direct in its own phase, as it would run alone.
 - **sweep**: non-streaming, instant upstream, closed loop at each concurrency: req/s,
   p50/p99. The direct rows are the upstream's (and the load generator's) own capacity:
-  what the gateway's numbers can at most reach.
+  what the gateway's numbers can at most reach. The target (memory ≥ 1,000 req/s at 32
+  clients) names the machine it is for (cores, CPU model: also the table's first row).
   After every LiteLLM run the bench waits until its process is idle again, so that
   its leftover work does not land on the next target's run.
 - **hold**: 64/256/1,024 concurrent streams of 0.7 s (7 chunks 100 ms apart): errors,
@@ -35,9 +37,23 @@ Sections:
   own INFO calls are subtracted.
 - **bytes**: ``MEMORY USAGE`` of every key of a session after 10 and 100 turns (jobs
   done), and ``used_memory`` growth per session.
+- **sessions**: where users are, not fresh sessions: sessions of 10 and of 400 messages
+  (imported through the memory API, then grown live by every request with a new
+  message), on a gateway with the in-process worker on and their summary jobs left
+  pending (never flushed), in two variants: a working summarizer (the test suite's fake
+  upstream, ``slow-summarizer``: a valid answer after ``--summarizer-ms``) and a failing
+  one (the fast upstream's ``bench-summarizer``, whose "ok ok …" every summary rule
+  refuses: the model-free fallback runs at once, in the gateway's process). Concurrency
+  1, one keep-alive client (``bench/live_sessions.py``): direct, the 10- and the
+  400-message sessions, non-streamed and streamed, interleaved as the probe's. Added p50
+  and p99 of the whole non-streamed answer and of the first SSE event, and the ratio
+  400 / 10 of the added p50 (targets: ≤ +2 ms, ≤ 1.3x). ``--profile DIR``: then the
+  400-message sessions alone are driven for PROFILE_ROUNDS more rounds while py-spy
+  records the gateway (raw collapsed stacks, ``DIR/sessions-<variant>-400.txt``).
 
 Times are wall-clock on whatever machine runs it; ratios taken in one run (gateway vs
-direct, gateway vs LiteLLM) travel better than absolute numbers.
+direct, gateway vs LiteLLM) travel better than absolute numbers. ``--json`` records the
+commit, the machine and the library versions with them.
 """
 
 from __future__ import annotations
@@ -71,7 +87,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._harness import cpu_seconds, free_port, ms, quantile, rss_kib, table  # noqa: E402
+from bench import live_sessions  # noqa: E402
+from bench._harness import (  # noqa: E402
+    SUMMARIZER_SERVER,
+    commit,
+    cpu_seconds,
+    free_port,
+    machine,
+    ms,
+    quantile,
+    rss_kib,
+    table,
+    versions,
+)
 from devsupport.servers import RedisProcess  # noqa: E402
 
 PYTHON = sys.executable
@@ -79,6 +107,8 @@ PROBE_MODEL = "bench-t0-c5-s0"  # streamed: 5 chunks at once
 INSTANT_MODEL = "bench-t0-c1-s0"  # non-streaming, no delay
 HOLD_MODEL = "bench-t0-c7-s100"  # 7 chunks 100 ms apart: a 0.7 s stream
 SUMMARIZER_MODEL = "bench-summarizer"  # answers "ok …": the model-free fallback summarizes
+# The test suite's fake upstream's summarizer: a valid answer after --summarizer-ms.
+WORKING_SUMMARIZER = "slow-summarizer"
 MODELS = (PROBE_MODEL, INSTANT_MODEL, HOLD_MODEL, SUMMARIZER_MODEL)
 NOT_RUN = "not run"
 
@@ -93,10 +123,11 @@ class Plan:
     redis_n: int
     turns: tuple[int, ...]
     sessions_per_size: int
+    live_n: int  # rounds of the sessions section (each: 6 requests)
 
 
-FULL = Plan(500, (1, 8, 32, 128), 5.0, (64, 256, 1024), 6.0, 200, (10, 100), 3)
-QUICK = Plan(60, (1, 32), 1.0, (256,), 2.5, 40, (10,), 1)
+FULL = Plan(500, (1, 8, 32, 128), 5.0, (64, 256, 1024), 6.0, 200, (10, 100), 3, 300)
+QUICK = Plan(60, (1, 32), 1.0, (256,), 2.5, 40, (10,), 1, 60)
 
 
 @dataclass(frozen=True)
@@ -168,14 +199,22 @@ def process(
             child.wait(5)
 
 
-def gateway_config(path: Path, upstream: str, redis_url: str, *, worker: bool) -> Path:
+def gateway_config(
+    path: Path,
+    upstream: str,
+    redis_url: str,
+    *,
+    worker: bool,
+    summarizer: tuple[str, str] | None = None,  # (base URL, model); None: the upstream's
+) -> Path:
+    base_url, model = summarizer or (None, SUMMARIZER_MODEL)
     config = {
         # The load generator is one client address holding up to 1,024 streams: not
         # capped as one abusive client would be (server.max_connections_per_client).
         "server": {"log_level": "warning", "max_connections_per_client": 0},
         "upstream": {"base_url": upstream},
         "redis": {"url": redis_url},
-        "summarizer": {"model": SUMMARIZER_MODEL},
+        "summarizer": {"model": model} | ({"base_url": base_url} if base_url else {}),
         "worker": {"in_process": worker},
     }
     path.write_text(yaml.safe_dump(config))
@@ -241,10 +280,10 @@ def settle(
 # --- load ---------------------------------------------------------------------------------
 
 
-def run_load(job: dict[str, Any]) -> dict[str, Any]:
-    """One job of ``bench/load.py``, in a process of its own."""
+def run_load(job: dict[str, Any], script: str = "load.py") -> dict[str, Any]:
+    """One job of ``bench/load.py`` (or another load generator), in a process of its own."""
     done = subprocess.run(
-        [PYTHON, str(ROOT / "bench" / "load.py")],
+        [PYTHON, str(ROOT / "bench" / script)],
         input=json.dumps(job).encode(),
         capture_output=True,
         preexec_fn=_raise_nofile,
@@ -403,6 +442,8 @@ def sweep(
     report: Report, specs: dict[str, dict[str, Any]], plan: Plan, peer_pid: int | None = None
 ) -> None:
     raw: dict[str, dict[str, Any]] = {}
+    cpu = report.settings.get("machine") or machine()
+    where = f"{cpu['cores']} cores ({cpu['cpu']})"
     for concurrency in plan.sweep:
         runs = {}
         for name, spec in specs.items():
@@ -416,7 +457,8 @@ def sweep(
             Row(
                 f"sweep c={concurrency}",
                 "req/s (non-streaming)",
-                target="memory ≥ 1000" if concurrency >= 32 else "",
+                # A throughput is a machine's: the target says which.
+                target=f"memory ≥ 1000 on {where}" if concurrency >= 32 else "",
                 met=("yes" if best >= 1000 else "no") if concurrency >= 32 else "",
                 **_columns(rps),
             )
@@ -689,122 +731,386 @@ def wait_for_jobs(http: httpx.Client, session: str, timeout_s: float = 60) -> No
     raise RuntimeError(f"session {session}: jobs still pending after {timeout_s} s")
 
 
-# --- the run ------------------------------------------------------------------------------
+# --- live sessions ------------------------------------------------------------------------
+
+LIVE_SIZES = (10, 400)  # messages per session when imported
+# Sessions per size: enough that none grows by more than this many turns (a turn is two
+# messages): a 10-message session stays a short one, a 400-message one stays ~400.
+LIVE_TURNS_PER_SESSION = 5
+LIVE_WARMUP = 5  # rounds sent first, not counted (connections, first-request costs)
+LIVE_ADDED_P50_S = 0.002  # issue 33: added p50 on the 400-message session
+LIVE_RATIO = 1.3  # ... and at most this times the 10-message session's
+LIVE_MODES = {"json": "non-streamed, whole answer", "sse": "first SSE event"}
+# --profile: rounds of requests to the longest sessions alone, driven under py-spy after
+# the measured ones (py-spy's sampling slows the process it samples).
+PROFILE_ROUNDS = 300
 
 
-def run(
-    plan: Plan, litellm: str | None, work: Path, appendonly: bool, separate_worker: bool = True
-) -> Report:
-    key = "sk-bench-" + secrets.token_urlsafe(16)
-    settings: dict[str, Any] = {
-        "plan": asdict(plan),
-        "redis": f"private redis-server, appendonly {'yes' if appendonly else 'no'}, no RDB",
-        "gateway": "memory-gateway serve: one uvicorn worker (httptools, uvloop), "
-        "log_level warning, defaults otherwise (preset, pools, timeouts); summarization: "
-        + (
-            "a separate `memory-gateway worker` process"
-            if separate_worker
-            else "the in-process worker"
-        ),
-        "litellm": "not run",
-        "cpus": os.cpu_count(),
-    }
-    redis_server = RedisProcess(appendonly=appendonly).start()
+@dataclass(frozen=True)
+class Summarizer:
+    """One variant of the sessions section: the summarizer the gateway's worker calls."""
+
+    name: str
+    model: str
+    delay_s: float | None  # the fake summarizer's delay; None: the fast upstream's model
+
+
+def summarizers(delay_ms: float) -> tuple[Summarizer, ...]:
+    return (
+        Summarizer("working summarizer", WORKING_SUMMARIZER, delay_ms / 1000),
+        Summarizer("failing summarizer", SUMMARIZER_MODEL, None),
+    )
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, output: Path | None) -> Iterator[None]:
+    """py-spy records ``pid`` while the block runs, as raw collapsed stacks (one line a
+    stack: frames by ``;``, then its samples); nothing when ``output`` is None.
+
+    1,000 a second: a few seconds of requests are thousands of samples. The process is
+    paused for each (py-spy's default): ``--nonblocking`` took the event loop's idle
+    waits for work (``Runner.run`` as the leaf frame: uvloop's own C code, busy or not).
+    A thread-pool thread waiting for work is sampled (its leaf frame is ``_worker``).
+    """
+    if output is None:
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(PYTHON).with_name("py-spy"))
+    options = ["--rate", "1000", "--format", "raw", "-o", str(output)]
+    recorder = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
-        up_port, gw_port = free_port(), free_port()
-        upstream = f"http://127.0.0.1:{up_port}/v1"
-        up_args = [PYTHON, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(up_port)]
-        serve = [PYTHON, "-m", "gateway.cli", "serve"]
-        config = gateway_config(
-            work / "gateway.yaml", upstream, redis_server.url, worker=not separate_worker
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)  # py-spy writes what it has, then exits
+        _, err = recorder.communicate(timeout=60)
+        if not output.exists():
+            raise RuntimeError(f"py-spy wrote nothing: {err.decode()[-2000:]}")
+
+
+def summary_outcomes(http: httpx.Client) -> dict[str, float]:
+    """The gateway's summarizer answers so far by outcome (ok, rejected, failed, fallback):
+    which the variant's summarizer was, working or not."""
+    text = http.get("/metrics").text
+    prefix = "memory_gateway_summaries_total{outcome="
+    return {
+        line[len(prefix) :].split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def drive_sessions(
+    http: httpx.Client, gateway_url: str, upstream: str, key: str, plan: Plan, pid: int,
+    profile: Path | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Import each size's sessions (jobs left pending), then drive them with direct."""
+    run_id = uuid.uuid4().hex[:8]
+    turns = (plan.live_n + LIVE_WARMUP) * len(LIVE_MODES)
+    count = live_sessions.pool(turns, LIVE_TURNS_PER_SESSION)
+    ids = {size: [f"live-{run_id}-{size}-{i}" for i in range(count)] for size in LIVE_SIZES}
+    started = time.monotonic()
+    for size in LIVE_SIZES:
+        live_sessions.import_sessions(http, ids[size], size, seed=size)
+    imported_s = time.monotonic() - started
+    before = {size: live_sessions.states(http, ids[size]) for size in LIVE_SIZES}
+    auth = {"Authorization": f"Bearer {key}"}
+    job = {
+        "targets": [
+            {"name": live_sessions.DIRECT, "url": upstream, "headers": auth},
+            *(
+                {"name": str(size), "url": gateway_url, "headers": auth, "sessions": ids[size]}
+                for size in LIVE_SIZES
+            ),
+        ],
+        "n": plan.live_n,
+        "warmup": LIVE_WARMUP,
+        "models": {"json": INSTANT_MODEL, "sse": PROBE_MODEL},
+        "timeout_s": 30,
+    }
+    cpu = cpu_seconds(pid)
+    started = time.monotonic()
+    timings = run_load(job, "live_sessions.py")["timings"]
+    driven_s, cpu_s = time.monotonic() - started, cpu_seconds(pid) - cpu
+    errors = {name: sum(1 for t in runs if t["error"]) for name, runs in timings.items()}
+    for name, runs in timings.items():
+        if errors[name] == len(runs):
+            raise RuntimeError(f"sessions: every request to {name} failed, e.g. {runs[0]}")
+    after = {size: live_sessions.states(http, ids[size]) for size in LIVE_SIZES}
+    summaries = summary_outcomes(http)
+    if profile is not None:  # the longest sessions' requests, and what runs beside them
+        longest = [t for t in job["targets"] if t["name"] == str(max(LIVE_SIZES))]
+        profiled = job | {"targets": longest, "n": PROFILE_ROUNDS, "warmup": 0}
+        with py_spy(pid, profile):
+            run_load(profiled, "live_sessions.py")
+    return {
+        "sessions_per_size": count,
+        "import_s": round(imported_s, 1),
+        "driven_s": round(driven_s, 1),
+        "gateway_cpu_percent": round(cpu_s / driven_s * 100, 1),
+        "before": before,
+        "after": after,
+        "summaries": summaries,
+        "errors": errors,
+        "quantiles_s": live_sessions.summary(timings),
+    }
+
+
+def live_rows(report: Report, variant: str, raw: dict[str, Any]) -> None:
+    area = f"sessions, {variant}"
+    short, long = (str(size) for size in LIVE_SIZES)
+    before, after = raw["before"], raw["after"]
+    sizes = ", ".join(
+        f"{before[size]['messages_mean']:.0f} → {after[size]['messages_mean']:.0f}"
+        for size in LIVE_SIZES
+    )
+    pending = sum(before[size]["pending_jobs"] for size in LIVE_SIZES)
+    pending_after = sum(after[size]["pending_jobs"] for size in LIVE_SIZES)
+    report.rows.append(
+        Row(
+            area,
+            f"{raw['sessions_per_size']} sessions a size: messages (mean) {sizes}; "
+            f"jobs pending {pending} → {pending_after}; gateway CPU {raw['gateway_cpu_percent']}%",
+            memory="summarizer: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in raw["summaries"].items() if v),
         )
-        with contextlib.ExitStack() as outer, contextlib.ExitStack() as stack:
-            outer.enter_context(process(up_args, upstream + "/models", work / "upstream.log"))
-            if separate_worker:  # summaries off the gateway's core, as in production
-                # In ``stack``: stopped before Redis commands are counted below.
+    )
+    stats = raw["quantiles_s"]
+    for mode, label in LIVE_MODES.items():
+        for size in (short, long):
+            row = stats[size][mode]
+            target, met = "", ""
+            if size == long:
+                target = f"p50 ≤ +{LIVE_ADDED_P50_S * 1000:g} ms"
+                met = "yes" if row["added_p50"] <= LIVE_ADDED_P50_S else "no"
+            report.rows.append(
+                Row(
+                    area,
+                    f"{size} messages: {label} p50 / p99 (added)",
+                    direct=f"{ms(row['direct_p50'])} / {ms(row['direct_p99'])}",
+                    memory=f"+{ms(row['added_p50'])} / +{ms(row['added_p99'])}",
+                    target=target,
+                    met=met,
+                )
+            )
+        times = live_sessions.ratio(stats[long][mode]["added_p50"], stats[short][mode]["added_p50"])
+        report.rows.append(
+            Row(
+                area,
+                f"{long} / {short} messages: {label}, added p50",
+                memory=f"{times:.2f}x",
+                target=f"≤ {LIVE_RATIO:g}x",
+                met="yes" if times <= LIVE_RATIO else "no",
+            )
+        )
+    errors = {k: v for k, v in raw["errors"].items() if v}
+    if errors:
+        report.rows.append(Row(area, "errors", memory=str(errors)))
+
+
+def live(
+    report: Report, plan: Plan, work: Path, key: str, upstream: str, redis_url: str,
+    summarizer_ms: float, profile: Path | None,
+) -> None:  # fmt: skip
+    """The sessions section: one gateway (in-process worker) per summarizer variant."""
+    raw: dict[str, Any] = {}
+    for variant in summarizers(summarizer_ms):
+        slug = variant.name.split()[0]
+        with contextlib.ExitStack() as stack:
+            summarizer = None
+            if variant.delay_s is not None:
+                port = free_port()
+                base = f"http://127.0.0.1:{port}/v1"
                 stack.enter_context(
                     process(
-                        [PYTHON, "-m", "gateway.cli", "worker", "--config", str(config)],
-                        None,
-                        work / "worker.log",
+                        [PYTHON, "-c", SUMMARIZER_SERVER, str(port), str(variant.delay_s)],
+                        f"{base}/models",
+                        work / f"summarizer-{slug}.log",
                     )
                 )
+                summarizer = (base, variant.model)
+            port = free_port()
+            config = gateway_config(
+                work / f"gateway-{slug}.yaml", upstream, redis_url, worker=True,
+                summarizer=summarizer,
+            )  # fmt: skip
+            serve = [PYTHON, "-m", "gateway.cli", "serve", "--config", str(config)]
             gateway = stack.enter_context(
                 process(
-                    [*serve, "--config", str(config), "--port", str(gw_port)],
-                    f"http://127.0.0.1:{gw_port}/healthz",
-                    work / "gateway.log",
-                )
-            )
-            urls = {"direct": upstream, "gateway": f"http://127.0.0.1:{gw_port}/v1"}
-            peer_pid = None
-            if litellm:
-                ll_port = free_port()
-                ll_config = litellm_config(work / "litellm.yaml", upstream, key)
-                peer = stack.enter_context(
-                    process(
-                        [
-                            litellm,
-                            "--config",
-                            str(ll_config),
-                            "--port",
-                            str(ll_port),
-                            "--num_workers",
-                            "1",
-                        ],
-                        f"http://127.0.0.1:{ll_port}/health/liveliness",
-                        work / "litellm.log",
-                        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"},
-                        wait_s=180,
-                    )
-                )
-                urls["litellm"] = f"http://127.0.0.1:{ll_port}/v1"
-                peer_pid = peer.pid
-                settings["litellm"] = f"{litellm} --num_workers 1, master key, drop_params"
-            specs = targets(urls, key)
-            report = Report(settings)
-            idle_rss = rss_kib(gateway.pid)
-            probe(report, specs, plan, peer_pid)
-            latency_ratio(report)
-            sweep(report, specs, plan, peer_pid)
-            hold(report, specs, plan, gateway.pid, peer_pid)
-            http = httpx.Client(
-                base_url=f"http://127.0.0.1:{gw_port}",
-                timeout=30,
-                headers={"Authorization": f"Bearer {key}"},
-            )
-            stack.callback(http.close)
-            redis_client = redis_server.client()
-            stack.callback(redis_client.close)
-            session_bytes(report, http, redis_client, plan)
-            report.rows.insert(
-                0, Row("gateway", "RSS idle (after start)", memory=f"{idle_rss / 1024:.0f} MiB")
-            )
-            stack.close()
-            # The request path alone: a gateway without the in-process worker.
-            config = gateway_config(
-                work / "gateway-noworker.yaml", upstream, redis_server.url, worker=False
-            )
-            stack.enter_context(
-                process(
-                    [*serve, "--config", str(config), "--port", str(gw_port)],
-                    f"http://127.0.0.1:{gw_port}/healthz",
-                    work / "gateway2.log",
+                    [*serve, "--port", str(port)],
+                    f"http://127.0.0.1:{port}/healthz",
+                    work / f"gateway-{slug}.log",
                 )
             )
             http = stack.enter_context(
                 httpx.Client(
-                    base_url=f"http://127.0.0.1:{gw_port}",
-                    timeout=30,
+                    base_url=f"http://127.0.0.1:{port}",
+                    timeout=60,
                     headers={"Authorization": f"Bearer {key}"},
                 )
             )
-            redis_client = redis_server.client()
-            stack.callback(redis_client.close)
-            redis_work(report, http, redis_client, plan)
+            output = profile / f"sessions-{slug}-{max(LIVE_SIZES)}.txt" if profile else None
+            raw[variant.name] = drive_sessions(
+                http, f"http://127.0.0.1:{port}/v1", upstream, key, plan, gateway.pid, output
+            )
+            raw[variant.name]["summarizer"] = asdict(variant)
+        live_rows(report, variant.name, raw[variant.name])
+    report.raw["sessions"] = raw
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line chose beyond the plan."""
+
+    litellm: str | None = None
+    appendonly: bool = False
+    separate_worker: bool = True
+    sessions_only: bool = False
+    summarizer_ms: float = 200.0
+    profile: Path | None = None
+
+
+def run(plan: Plan, options: Options, work: Path) -> Report:
+    key = "sk-bench-" + secrets.token_urlsafe(16)
+    worker = (
+        "a separate `memory-gateway worker` process"
+        if options.separate_worker
+        else "the in-process worker"
+    )
+    settings: dict[str, Any] = {
+        "plan": asdict(plan),
+        "redis": "private redis-server, appendonly "
+        f"{'yes' if options.appendonly else 'no'}, no RDB",
+        "gateway": "memory-gateway serve: one uvicorn worker (httptools, uvloop), "
+        f"log_level warning, defaults otherwise (preset, pools, timeouts); summarization: "
+        f"{worker} (the sessions section: the in-process worker)",
+        "summarizer_ms": options.summarizer_ms,
+        "litellm": "not run",
+        "cpus": os.cpu_count(),
+        "machine": machine(),
+        "commit": commit(),
+        "versions": versions(),
+    }
+    report = Report(settings)
+    cpu = settings["machine"]
+    report.rows.append(Row("machine", f"{cpu['cores']} cores, {cpu['cpu']}"))
+    redis_server = RedisProcess(appendonly=options.appendonly).start()
+    try:
+        up_port = free_port()
+        upstream = f"http://127.0.0.1:{up_port}/v1"
+        up_args = [PYTHON, str(ROOT / "bench" / "fast_upstream.py"), "--port", str(up_port)]
+        with process(up_args, upstream + "/models", work / "upstream.log"):
+            if not options.sessions_only:
+                sections(report, plan, options, work, key, upstream, redis_server)
+            live(
+                report, plan, work, key, upstream, redis_server.url, options.summarizer_ms,
+                options.profile,
+            )  # fmt: skip
         return report
     finally:
         redis_server.cleanup()
+
+
+def sections(
+    report: Report, plan: Plan, options: Options, work: Path, key: str, upstream: str,
+    redis_server: RedisProcess,
+) -> None:  # fmt: skip
+    """Every section but the sessions one: probe, sweep, hold, bytes, redis."""
+    gw_port = free_port()
+    serve = [PYTHON, "-m", "gateway.cli", "serve"]
+    config = gateway_config(
+        work / "gateway.yaml", upstream, redis_server.url, worker=not options.separate_worker
+    )
+    with contextlib.ExitStack() as stack:
+        if options.separate_worker:  # summaries off the gateway's core, as in production
+            # In ``stack``: stopped before Redis commands are counted below.
+            stack.enter_context(
+                process(
+                    [PYTHON, "-m", "gateway.cli", "worker", "--config", str(config)],
+                    None,
+                    work / "worker.log",
+                )
+            )
+        gateway = stack.enter_context(
+            process(
+                [*serve, "--config", str(config), "--port", str(gw_port)],
+                f"http://127.0.0.1:{gw_port}/healthz",
+                work / "gateway.log",
+            )
+        )
+        urls = {"direct": upstream, "gateway": f"http://127.0.0.1:{gw_port}/v1"}
+        peer_pid = None
+        if options.litellm:
+            ll_port = free_port()
+            ll_config = litellm_config(work / "litellm.yaml", upstream, key)
+            peer = stack.enter_context(
+                process(
+                    [
+                        options.litellm,
+                        "--config",
+                        str(ll_config),
+                        "--port",
+                        str(ll_port),
+                        "--num_workers",
+                        "1",
+                    ],
+                    f"http://127.0.0.1:{ll_port}/health/liveliness",
+                    work / "litellm.log",
+                    env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"},
+                    wait_s=180,
+                )
+            )
+            urls["litellm"] = f"http://127.0.0.1:{ll_port}/v1"
+            peer_pid = peer.pid
+            report.settings["litellm"] = (
+                f"{options.litellm} --num_workers 1, master key, drop_params"
+            )
+        specs = targets(urls, key)
+        idle_rss = rss_kib(gateway.pid)
+        probe(report, specs, plan, peer_pid)
+        latency_ratio(report)
+        sweep(report, specs, plan, peer_pid)
+        hold(report, specs, plan, gateway.pid, peer_pid)
+        http = httpx.Client(
+            base_url=f"http://127.0.0.1:{gw_port}",
+            timeout=30,
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        stack.callback(http.close)
+        redis_client = redis_server.client()
+        stack.callback(redis_client.close)
+        session_bytes(report, http, redis_client, plan)
+        report.rows.insert(
+            1, Row("gateway", "RSS idle (after start)", memory=f"{idle_rss / 1024:.0f} MiB")
+        )
+    # The request path alone: a gateway without the in-process worker.
+    config = gateway_config(
+        work / "gateway-noworker.yaml", upstream, redis_server.url, worker=False
+    )
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            process(
+                [*serve, "--config", str(config), "--port", str(gw_port)],
+                f"http://127.0.0.1:{gw_port}/healthz",
+                work / "gateway2.log",
+            )
+        )
+        http = stack.enter_context(
+            httpx.Client(
+                base_url=f"http://127.0.0.1:{gw_port}",
+                timeout=30,
+                headers={"Authorization": f"Bearer {key}"},
+            )
+        )
+        redis_client = redis_server.client()
+        stack.callback(redis_client.close)
+        redis_work(report, http, redis_client, plan)
 
 
 def markdown(report: Report) -> str:
@@ -823,7 +1129,7 @@ def markdown(report: Report) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run, under a minute")
+    parser.add_argument("--quick", action="store_true", help="smoke run, about 1.5 minutes")
     parser.add_argument("--litellm", help="the litellm executable (its proxy is the peer)")
     parser.add_argument("--appendonly", action="store_true", help="Redis with AOF on")
     parser.add_argument("--json", help="also write the table and raw numbers here")
@@ -832,16 +1138,38 @@ def main() -> int:
         action="store_true",
         help="summarize inside the gateway process (default: a separate worker process)",
     )
+    parser.add_argument(
+        "--sessions-only", action="store_true", help="run the sessions section alone"
+    )
+    parser.add_argument(
+        "--summarizer-ms",
+        type=float,
+        default=200.0,
+        help="the sessions section's working summarizer: ms per answer",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="a directory: py-spy records the gateway while the sessions are driven",
+    )
     args = parser.parse_args()
     if args.litellm and not shutil.which(args.litellm):
         parser.error(f"--litellm {args.litellm}: not an executable")
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    options = Options(
+        litellm=args.litellm,
+        appendonly=args.appendonly,
+        separate_worker=not args.in_process_worker,
+        sessions_only=args.sessions_only,
+        summarizer_ms=args.summarizer_ms,
+        profile=args.profile,
+    )
     plan = QUICK if args.quick else FULL
     work = Path(tempfile.mkdtemp(prefix="mg-overhead-"))
     started = time.monotonic()
     try:
-        report = run(
-            plan, args.litellm, work, args.appendonly, separate_worker=not args.in_process_worker
-        )
+        report = run(plan, options, work)
     except RuntimeError:
         print(f"logs kept in {work}", file=sys.stderr)
         raise
