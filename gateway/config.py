@@ -321,6 +321,9 @@ class WorkerConfig(_Section):
     # Job notices are spread over this many streams (one per hash slot: on a cluster, over
     # the masters); change it only with no job pending: notices in the other shards wait.
     job_shards: int = Field(default=4, gt=0, le=1024)
+    # A job that fails runs again after retry_backoff_s (doubling); its last attempt drops it.
+    job_attempts: int = Field(default=3, gt=0)
+    retry_backoff_s: float = Field(default=5.0, gt=0)
 
 
 # What local servers and their clients send when there is no key: never a tenant.

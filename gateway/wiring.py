@@ -51,6 +51,10 @@ class Clients:
             lease_ms=lease_ms,
             embedder=self.embedder,
             clock=self.clock,
+            attempts=settings.worker.job_attempts,
+            backoff_s=settings.worker.retry_backoff_s,
+            # Held in between, a notice waiting this long is never taken for a dead one's.
+            backoff_most_s=settings.worker.reclaim_idle_s / 2,
         )
 
     def create_app(

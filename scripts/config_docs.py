@@ -310,6 +310,13 @@ MEANINGS: dict[str, dict[str, str]] = {
         "redis_timeout_s": "the worker's Redis deadline (it is off the request path)",
         "job_shards": "job notices are spread over this many streams (`mg:jobs:{n}`); "
         "change it only with no job pending",
+        "job_attempts": "a job that fails (an error in the gateway, its deadline passed, "
+        "its session kept busy) is tried this many times in all, then dropped "
+        "(`memory_gateway_jobs_dropped_total`, one warning); the session's later jobs wait "
+        "for it meanwhile. A summarizer model that fails or answers unusable text is no "
+        "failure: the model-free fallback is stored",
+        "retry_backoff_s": "the wait before a failed job runs again, doubled after each "
+        "failure (at most half of `reclaim_idle_s`)",
     },
     "UIConfig": {
         "enabled": "serve the inspector at `/ui`",

@@ -108,12 +108,19 @@ def keyed(texts: Iterable[str], start: int, end: int, ts: float = 0.0) -> list[F
 def merge(facts: tuple[Fact, ...], found: Sequence[Found], keep: int) -> tuple[Fact, ...]:
     """Add new facts; an older current fact with the same key becomes superseded."""
     merged = list(facts)
+    # The current facts of each key, by position: looking them up by scanning ``merged``
+    # made a long fallback extraction quadratic (15 messages of 100 KB: 3.5 s).
+    current_of: dict[str, list[int]] = {}
+    for i, fact in enumerate(merged):
+        if not fact.superseded:
+            current_of.setdefault(fact.key, []).append(i)
     for new in found:
-        same = [i for i, f in enumerate(merged) if f.key == new.key and not f.superseded]
+        same = current_of.get(new.key, [])
         if any(normal(merged[i].text) == normal(new.text) for i in same):
             continue  # said again: nothing new
         for i in same:
             merged[i] = replace(merged[i], superseded=True)
+        current_of[new.key] = [len(merged)]
         merged.append(
             Fact(
                 new.text,

@@ -309,7 +309,12 @@ def recursive_problem(text: str, source: str) -> str | None:
 def _json_value(text: str) -> Any:
     """The JSON an answer holds; raises ValueError when it holds none."""
     fenced = _FENCE.match(text)
-    return json.loads(fenced.group(1) if fenced else text)
+    try:
+        return json.loads(fenced.group(1) if fenced else text)
+    except RecursionError:
+        # "[[[[…" nested past Python's recursion limit: a small model looping on the
+        # array's first token until max_tokens. Unusable, like any other invalid JSON.
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _short_string(value: Any, max_words: int, max_chars: int) -> str | None:

@@ -138,6 +138,17 @@ JOBS_FAILED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+# Jobs that failed on every attempt they were allowed (``worker.job_attempts``) and left
+# their session's pending jobs, so that its later jobs could run: each one a gap in the
+# session's summaries (recall still reads its messages).
+JOBS_DROPPED = Counter(
+    "memory_gateway_jobs_dropped",
+    "Summary jobs dropped after failing on every attempt, by the last failure's reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+for _reason in ("error", "timeout", "conflict"):  # at 0 from the start: an alert needs a series
+    JOBS_DROPPED.labels(_reason)
 # Every question put to the summarizer's model, by what came of it: "ok" (its answer
 # was used), "rejected" (it answered, summary_rules refused the answer), "failed" (the
 # call failed or timed out), "fallback" (no model configured). All but "ok" end in the
@@ -187,6 +198,10 @@ def context_retry() -> None:
 
 def job_failed(reason: str) -> None:
     _child(JOBS_FAILED, reason).inc()
+
+
+def job_dropped(reason: str) -> None:
+    _child(JOBS_DROPPED, reason).inc()
 
 
 def summary_outcome(outcome: str) -> None:

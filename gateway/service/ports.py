@@ -13,6 +13,7 @@ from gateway.memory.jobs import Job
 from gateway.memory.model import Message, Pin, SessionState, Tiers
 from gateway.store.catalog import ListedSession, StoredReceipt
 from gateway.store.keys import SessionKeys, UserKeys
+from gateway.store.pending_jobs import Failed, JobHead, Pending
 from gateway.store.redis_store import (
     Ask,
     Held,
@@ -98,6 +99,10 @@ class SessionStore(Protocol):
 
     async def job_state(self, keys: SessionKeys) -> tuple[bool, Tiers, list[Job]]: ...
 
+    async def job_view(
+        self, keys: SessionKeys, job_id: str
+    ) -> tuple[bool, Tiers, Pending | None]: ...
+
     async def write_tiers(
         self, keys: SessionKeys, expected_version: int, tiers: Tiers, job: Job
     ) -> int: ...
@@ -164,6 +169,8 @@ class JobStream(Protocol):
         self, shard: int, consumer: str, *, min_idle_ms: int, count: int
     ) -> list[JobNotice]: ...
 
+    async def hold_job(self, notice: JobNotice, consumer: str) -> None: ...
+
     async def ack_job(self, notice: JobNotice) -> None: ...
 
 
@@ -176,6 +183,13 @@ class JobQueue(JobStream, Protocol):
     async def end_sessions(self, user: UserKeys, session_ids: Sequence[str], end: Job) -> None: ...
 
     async def finish_job(self, keys: SessionKeys, job: Job) -> None: ...
+
+    async def job_head(self, keys: SessionKeys, job_id: str) -> JobHead: ...
+
+    async def fail_job(
+        self, keys: SessionKeys, job_id: str, *, allowed: int, now: float, backoff_s: float,
+        most_s: float,
+    ) -> Failed: ...  # fmt: skip
 
     async def take_lease(self, keys: SessionKeys, holder: str, ttl_ms: int) -> bool: ...
 

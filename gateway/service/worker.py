@@ -7,19 +7,32 @@ Running a job twice is harmless: ``run_job`` returns None when the tiers already
 effect, and ``write_tiers`` is a compare-and-set on the tiers' version, so a late or
 duplicate job can never overwrite a newer summary. The same runner serves
 ``POST /memory/sessions/{sid}/flush``, which runs a session's pending jobs in order.
+
+A job that fails (an error in the gateway's code, its deadline passed, its session kept
+busy by other writers) is counted in its own record and tried again after a backoff; its
+notice stays unacknowledged meanwhile, and the session's later jobs wait for it. Its last
+attempt (``worker.job_attempts``) drops it, so that they can go on: a job never blocks its
+session for good, and whatever is pending keeps its notice in the stream, where
+``/metrics`` counts it. (The summarizer's model failing or answering unusable text is no
+failure of the job: the summarizer stores its model-free fallback.)
+
+A notice's cost does not grow with its session's pending jobs: it reads its own job and
+the session's oldest (the job order's head), never the whole list.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
-from typing import Literal, Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from gateway.config import WorkerConfig
 from gateway.errors import EmbeddingsUnavailable
@@ -35,10 +48,22 @@ from gateway.summarize.run import SummaryWriter, run_job
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["written", "noop", "done", "gone", "conflict"]
+Outcome = Literal["written", "noop", "done", "gone", "conflict", "dropped"]
 # Compare-and-set conflicts mean another writer is busy on the same session; a few
 # retries always settle it (each retry re-reads and may find the job already done).
 _CAS_ATTEMPTS = 5
+# A job's run ends before its lease would: past the lease another runner may take the
+# session and run the same job again, and one that never returns held a worker's slot
+# (and its shard's loop) for good.
+_DEADLINE_SHARE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A notice to handle again in ``delay_s``, unacknowledged meanwhile: the job it leads
+    to (its own, or an older one of its session) waits for a retry."""
+
+    delay_s: float
 
 
 class JobRunner:
@@ -52,6 +77,10 @@ class JobRunner:
         clock: Callable[[], float] = time.time,
         lease_ms: int = 120_000,
         embedder: Embedder | None = None,
+        *,
+        attempts: int = 3,
+        backoff_s: float = 5.0,
+        backoff_most_s: float = 30.0,
     ) -> None:
         self.store = store
         self.summarizer = summarizer
@@ -60,20 +89,32 @@ class JobRunner:
         # Longer than a job can take (a few summarizer calls, each with its timeout):
         # a runner that dies holding it only delays the session's jobs this long.
         self.lease_ms = lease_ms
+        self.deadline_s = lease_ms / 1000 * _DEADLINE_SHARE
         self.embedder = embedder
+        # A failed job's attempts in all, and its backoff: the first, and the longest.
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.backoff_most_s = backoff_most_s
         # Leases this runner could not release because Redis was down. With AOF, Redis
         # comes back still holding them: released on the next run, not left to block the
         # session's jobs (and its flushes) for lease_ms.
         self._unreleased: dict[SessionKeys, str] = {}
 
-    async def run(self, keys: SessionKeys, job: Job) -> Outcome:
-        """Run the job under the session's lease; wait while someone else holds it."""
+    async def run(self, keys: SessionKeys, job: Job, *, early: bool = False) -> Outcome | Later:
+        """Run the job under the session's lease; wait while someone else holds it.
+
+        A failure is counted (while the lease is held, so that no runner waiting for it
+        runs the job again before its backoff): the job is tried again later (``Later``)
+        or, on its last attempt, dropped. ``Later`` too when the job waits for a retry,
+        unless ``early`` (a flush runs it now). Redis being unavailable is no failure of
+        the job: ``StoreUnavailable`` is raised, and the caller leaves it for later."""
         if job.kind == "end":
-            await self.end(keys)
-            await self.store.queue.finish_job(keys, job)
-            return "written"
+            # Its session's other jobs first, each within its own deadline: the end's is
+            # for what it does itself (the final summary, the user's profile).
+            await self.flush_summaries(keys)
+            return await self._guarded(keys, job, functools.partial(self._end_job, keys, job))
         if job.kind == "embed":
-            return await self._embed(keys, job)
+            return await self._guarded(keys, job, functools.partial(self._embed, keys, job))
         await self._release_leftovers()
         holder = secrets.token_hex(8)
         deadline = time.monotonic() + self.lease_ms / 1000
@@ -81,10 +122,11 @@ class JobRunner:
             # Another runner works on this session (a flush and the worker, say): wait for
             # it rather than pay the summarizer twice; the job may be done when we get in.
             if time.monotonic() > deadline:
-                return "conflict"
+                return await self._failed(keys, job, "conflict", "its session stayed leased")
             await asyncio.sleep(0.05)
         try:
-            return await self._run_leased(keys, job)
+            leased = functools.partial(self._run_leased, keys, job, early)
+            return await self._guarded(keys, job, leased)
         finally:
             try:
                 await self.store.queue.release_lease(keys, holder)
@@ -113,13 +155,58 @@ class JobRunner:
                 self._unreleased.setdefault(keys, holder)
                 raise
 
-    async def _run_leased(self, keys: SessionKeys, job: Job) -> Outcome:
+    async def _guarded(
+        self, keys: SessionKeys, job: Job, work: Callable[[], Awaitable[Outcome | Later]]
+    ) -> Outcome | Later:
+        """``work``, within the job's deadline, its failure counted."""
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                outcome = await work()
+        except StoreUnavailable:
+            raise
+        except TimeoutError:
+            return await self._failed(keys, job, "timeout", "its deadline passed")
+        except Exception as error:
+            # The traceback only at DEBUG: an exception's text may quote what it was given.
+            log.debug("job %s failed", job.id, exc_info=True)
+            return await self._failed(keys, job, "error", type(error).__name__)
+        if outcome == "conflict":
+            return await self._failed(keys, job, "conflict", "other writers kept its tiers")
+        return outcome
+
+    async def _failed(self, keys: SessionKeys, job: Job, reason: str, why: str) -> Outcome | Later:
+        metrics.job_failed(reason)
+        now = self.clock()
+        failed = await self.store.queue.fail_job(
+            keys, job.id, allowed=self.attempts, now=now, backoff_s=self.backoff_s,
+            most_s=self.backoff_most_s,
+        )  # fmt: skip
+        if failed.attempts == 0:
+            return "done"  # another runner finished it meanwhile
+        if failed.dropped:
+            metrics.job_dropped(reason)
+            log.warning(
+                "job %s dropped after %d failed attempts (the last: %s); the session's "
+                "later jobs go on without it", job.id, failed.attempts, why,
+            )  # fmt: skip
+            return "dropped"
+        wait = max(failed.retry_at - now, 0.0)
+        log.info(
+            "job %s failed (%s), attempt %d of %d: tried again in %.1f s",
+            job.id, why, failed.attempts, self.attempts, wait,
+        )  # fmt: skip
+        return Later(wait)
+
+    async def _run_leased(self, keys: SessionKeys, job: Job, early: bool) -> Outcome | Later:
         for _ in range(_CAS_ATTEMPTS):
-            exists, tiers, pending = await self.store.sessions.job_state(keys)
+            exists, tiers, pending = await self.store.sessions.job_view(keys, job.id)
             if not exists:
                 return "gone"
-            if job.id not in {p.id for p in pending}:
+            if pending is None:
                 return "done"  # another worker (or a flush) finished it
+            wait = pending.retry_at - self.clock()
+            if wait > 0 and not early:
+                return Later(wait)  # it failed while we waited for the lease
             start, end = needed_range(job, tiers)
             messages = await self.store.sessions.messages(keys, start, end)
             updated = await run_job(
@@ -134,6 +221,11 @@ class JobRunner:
             if result == -1:
                 return "gone"
         return "conflict"
+
+    async def _end_job(self, keys: SessionKeys, job: Job) -> Outcome:
+        await self.end(keys)
+        await self.store.queue.finish_job(keys, job)
+        return "written"
 
     async def _embed(self, keys: SessionKeys, job: Job) -> Outcome:
         """Vectors of newly recorded messages, for recall's reranking."""
@@ -152,11 +244,13 @@ class JobRunner:
         return "written"
 
     async def flush(self, keys: SessionKeys) -> int:
-        """Run the session's pending jobs now, oldest first; how many ran."""
+        """Run the session's pending jobs now, oldest first, whatever their backoff, its
+        end last; how many were pending. One that fails and is not dropped stops the
+        flush: the later ones wait for its retry, as in the worker."""
         _, _, pending = await self.store.sessions.job_state(keys)
-        await self._run_summaries(keys, pending)
-        if any(job.kind == "end" for job in pending):
-            await self.run(keys, next(job for job in pending if job.kind == "end"))
+        end = next((job for job in pending if job.kind == "end"), None)
+        if await self._run_summaries(keys, pending) and end is not None:
+            await self.run(keys, end, early=True)
         return len(pending)
 
     async def end(self, keys: SessionKeys) -> None:
@@ -205,11 +299,13 @@ class JobRunner:
         _, _, pending = await self.store.sessions.job_state(keys)
         await self._run_summaries(keys, pending)
 
-    async def _run_summaries(self, keys: SessionKeys, jobs: list[Job]) -> None:
-        """``jobs`` in their order, the session's end left out (it runs last, or alone)."""
+    async def _run_summaries(self, keys: SessionKeys, jobs: list[Job]) -> bool:
+        """``jobs`` in their order, the session's end left out (it runs last, or alone);
+        False when one failed and waits for its retry (the rest were not run)."""
         for job in jobs:
-            if job.kind != "end":
-                await self.run(keys, job)
+            if job.kind != "end" and isinstance(await self.run(keys, job, early=True), Later):
+                return False
+        return True
 
     async def _final_summary(self, tiers: Tiers, recent: list[Message]) -> str:
         """The session in a few lines: its evolving summary, its newest chunk summaries, or
@@ -220,16 +316,31 @@ class JobRunner:
             return "\n".join(s.text for s in reversed(tiers.summaries[-2:]))
         return (await self.summarizer.chunk(recent)).text if recent else ""
 
-    async def run_notice(self, notice: JobNotice) -> Outcome:
+    async def run_notice(self, notice: JobNotice) -> Outcome | Later:
         """The job a notice names, after the session's older pending jobs: their own
         notices may have been lost (a cluster master that failed as the turn was recorded
-        on another), and a session's jobs are made in order anyway."""
-        _, _, pending = await self.store.sessions.job_state(notice.keys)
-        job = next((p for p in pending if p.id == notice.job_id), None)
-        if job is None:
-            return "done"
-        await self._run_summaries(notice.keys, pending[: pending.index(job)])
-        return await self.run(notice.keys, job)
+        on another), and a session's jobs are made in order anyway. Each step reads the
+        session's oldest job, not its list: a notice costs the same however many wait.
+
+        ``Later`` when the next job to run waits for a retry (a backoff after it failed)."""
+        keys = notice.keys
+        head = await self.store.queue.job_head(keys, notice.job_id)
+        # Each step but the last takes an older job off the list: never more steps than
+        # jobs (more would mean a job that stays after it ran; then ask again later).
+        for _ in range(head.count):
+            own = head.own
+            if own is None:
+                return "done"
+            # The session's end runs after its other jobs (it flushes them itself).
+            step = own if own.job.kind == "end" or head.oldest is None else head.oldest
+            wait = step.retry_at - self.clock()
+            if wait > 0:
+                return Later(wait)
+            outcome = await self.run(keys, step.job)
+            if step.job.id == own.job.id or isinstance(outcome, Later) or outcome == "gone":
+                return outcome
+            head = await self.store.queue.job_head(keys, notice.job_id)
+        return "done" if head.own is None else Later(self.backoff_s)
 
 
 # How long a stopping worker waits for its jobs in flight before cancelling them.
@@ -239,7 +350,7 @@ STOP_GRACE_S = 5.0
 class NoticeRunner(Protocol):
     """What the worker needs of a job runner (``JobRunner.run_notice``)."""
 
-    async def run_notice(self, notice: JobNotice) -> Outcome: ...
+    async def run_notice(self, notice: JobNotice) -> Outcome | Later: ...
 
 
 class Worker:
@@ -265,6 +376,8 @@ class Worker:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.processed = 0
         self._slots = asyncio.Semaphore(concurrency)
+        # Notices whose job waits for a retry: each handled again after its delay.
+        self._waiting: set[asyncio.Future[None]] = set()
 
     @classmethod
     def from_config(cls, store: Store, runner: NoticeRunner, config: WorkerConfig) -> Worker:
@@ -289,9 +402,11 @@ class Worker:
             if stop.is_set():
                 await asyncio.wait(consumers, timeout=STOP_GRACE_S)
         finally:
-            for task in [*consumers, stopping]:
+            # Notices waiting for a retry stay unacknowledged: another worker takes them.
+            tasks: list[asyncio.Future[Any]] = [*consumers, stopping, *self._waiting]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*consumers, stopping, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         for task in consumers:  # a loop that failed on its own: said, not swallowed
             error = None if task.cancelled() else task.exception()
             if error is not None:
@@ -358,17 +473,36 @@ class Worker:
                 metrics.job_failed("redis_unavailable")
                 return
             except Exception:
-                # A job that fails in the gateway's own code would fail again on every
-                # reclaim: said (with its traceback, no content) and acknowledged, so that
-                # one job cannot stop the worker, and every session's summaries, with it.
+                # A job's own failures are the runner's to retry and drop; this is one of
+                # the runner's bookkeeping, which would fail again on every reclaim: said
+                # (with its traceback, no content) and acknowledged, so that one notice
+                # cannot stop the worker, and every session's summaries, with it.
                 log.exception("job %s failed and is dropped", notice.job_id)
                 metrics.job_failed("error")
                 outcome = "done"
-            if outcome == "conflict":  # it gave up on a session other writers kept busy
-                metrics.job_failed("conflict")
+            if isinstance(outcome, Later):
+                self._again_later(notice, outcome.delay_s)
+                return
             await self.queue.ack_job(notice)
             self.processed += 1
             log.debug("job %s: %s", notice.job_id, outcome)
+
+    def _again_later(self, notice: JobNotice, delay_s: float) -> None:
+        """Handle ``notice`` again after ``delay_s``, holding no slot meanwhile. At most
+        half of ``reclaim_idle_ms``: held in between, it is never reclaimed from us."""
+        delay_s = min(delay_s, self.reclaim_idle_ms / 2000)
+        task = asyncio.ensure_future(self._again(notice, delay_s))
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+
+    async def _again(self, notice: JobNotice, delay_s: float) -> None:
+        try:
+            await self.queue.hold_job(notice, self.consumer)
+            await asyncio.sleep(delay_s)  # the backoff itself
+            await self._handle(notice)
+        except StoreUnavailable as error:
+            # Still unacknowledged: reclaimed after reclaim_idle_ms, by us or another.
+            log.warning("job %s not run again yet: %s", notice.job_id, error)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

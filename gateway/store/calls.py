@@ -91,6 +91,8 @@ SCRIPTS = (
     "archive_page",
     "record",
     "write_tiers",
+    "job_head",
+    "fail_job",
     "release",
     "end",
     "save_vectors",

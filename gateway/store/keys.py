@@ -81,6 +81,12 @@ class SessionKeys:
         return f"{PREFIX}:{self.tag}:jobs"
 
     @property
+    def job_order(self) -> str:
+        """The pending jobs' ids by trigger: the order they run in, read from its head
+        whatever their number (the jobs hash holds each job)."""
+        return f"{PREFIX}:{self.tag}:joborder"
+
+    @property
     def lease(self) -> str:
         return f"{PREFIX}:{self.tag}:lease"
 
@@ -124,6 +130,7 @@ class SessionKeys:
         return (
             self.meta, self.log, self.tiers, self.pins, self.jobs, self.lease, self.vec,
             self.vectors, self.receipts, self.index, self.media,
+            self.job_order,  # next to last: the record script finds it as KEYS[#KEYS - 1]
             self.branches,  # last: the record script finds it as KEYS[#KEYS]
         )  # fmt: skip
 
@@ -312,6 +319,9 @@ SCHEMA: tuple[KeyShape, ...] = (
              "summaries, evolving summary, key Q/A, facts (JSON, versioned)"),
     KeyShape(_S + "pins", "hash", RETENTION, "pin id → pin JSON"),
     KeyShape(_S + "jobs", "hash", RETENTION, "job id → job JSON, while the job is pending"),
+    KeyShape(_S + "joborder", "zset", RETENTION,
+             "job id → its trigger, while the job is pending: the order the worker runs "
+             "them in (the end of a session, trigger 0, runs after the others)"),
     KeyShape(_S + "lease", "string", "the lease's time (`PX`)",
              "the runner working on the session's jobs"),
     KeyShape(_S + "index", "hash", RETENTION,

@@ -1,6 +1,6 @@
-"""The job queue: a session's pending jobs (its jobs hash is the record), their notices
-on the sharded job stream, the workers' consumer group, and the per-session lease that
-lets one runner at a time work on a session.
+"""The job queue: a session's pending jobs (its jobs hash is the record, its job order
+the sequence they run in), their notices on the sharded job stream, the workers' consumer
+group, and the per-session lease that lets one runner at a time work on a session.
 
 The record's round trip announces its predicted jobs itself (``announce``: commands sent
 with the record's). The worker's reads of the stream (a blocking ``XREADGROUP``, which
@@ -21,6 +21,7 @@ from gateway.store.backlog import JobBacklog, backlog_commands, backlogs_from
 from gateway.store.calls import StoreCalls
 from gateway.store.keys import JOB_GROUP, SessionKeys, UserKeys, job_shard, job_stream
 from gateway.store.link import Command
+from gateway.store.pending_jobs import Failed, JobHead
 
 # The job stream is a notice board, not the record (each session's jobs hash is):
 # trimming each shard approximately keeps it bounded when no worker runs.
@@ -64,9 +65,12 @@ class JobQueue:
         """Remember the session's pending jobs and notify the workers (one round trip)."""
 
         pending = [part for job in jobs for part in (job.id, json.dumps(job.to_data()))]
+        ordered = [part for job in jobs for part in (job.trigger, job.id)]
         commands: list[Command] = [
             ("HSET", keys.jobs, *pending),
             ("EXPIRE", keys.jobs, self._calls.retention_s),
+            ("ZADD", keys.job_order, *ordered),
+            ("EXPIRE", keys.job_order, self._calls.retention_s),
             *announce(keys, jobs, self._calls.job_shards),
         ]
         await self._calls.execute(commands, op="enqueue")
@@ -82,12 +86,37 @@ class JobQueue:
             keys = SessionKeys(user.tenant, session_id)
             commands.append(("HSET", keys.jobs, end.id, json.dumps(end.to_data())))
             commands.append(("EXPIRE", keys.jobs, self._calls.retention_s))
+            commands.append(("ZADD", keys.job_order, end.trigger, end.id))
+            commands.append(("EXPIRE", keys.job_order, self._calls.retention_s))
             commands += announce(keys, [end], self._calls.job_shards)
         commands.append(("ZREM", user.active, *session_ids))
         await self._calls.execute(commands, op="end_sessions")
 
     async def finish_job(self, keys: SessionKeys, job: Job) -> None:
-        await self._calls.execute([("HDEL", keys.jobs, job.id)], op="finish_job")
+        commands = [("HDEL", keys.jobs, job.id), ("ZREM", keys.job_order, job.id)]
+        await self._calls.execute(commands, op="finish_job")
+
+    async def job_head(self, keys: SessionKeys, job_id: str) -> JobHead:
+        """The job ``job_id`` and the session's oldest pending one (one round trip, the
+        same cost however many jobs are pending)."""
+        names = [keys.jobs, keys.job_order]
+        call = self._calls.script("job_head", names, [job_id, self._calls.retention_s])
+        (reply,) = await self._calls.execute([call], op="job_head")
+        return JobHead.decode(reply)
+
+    async def fail_job(
+        self, keys: SessionKeys, job_id: str, *, allowed: int, now: float, backoff_s: float,
+        most_s: float,
+    ) -> Failed:  # fmt: skip
+        """Count a failed attempt at a pending job: it may be tried again after a backoff
+        (``backoff_s``, doubling with each attempt, at most ``most_s``) or, on its
+        ``allowed``-th attempt, it is dropped."""
+        names = [keys.jobs, keys.job_order]
+        args = [job_id, allowed, repr(now), repr(backoff_s), repr(most_s)]
+        (reply,) = await self._calls.execute(
+            [self._calls.script("fail_job", names, args)], op="fail_job"
+        )
+        return Failed.decode(reply, allowed)
 
     async def take_lease(self, keys: SessionKeys, holder: str, ttl_ms: int) -> bool:
         """One runner at a time per session: no duplicate summarizer calls, jobs in order."""
@@ -138,6 +167,14 @@ class JobQueue:
             op="reclaim_jobs",
         )
         return [_notice(shard, entry, fields) for entry, fields in result[1] if fields]
+
+    async def hold_job(self, notice: JobNotice, consumer: str) -> None:
+        """Keep a notice read but not acknowledged (its job waits for a retry) from
+        looking like a crashed consumer's: its idle time starts again (``XCLAIM JUSTID``
+        keeps its delivery count)."""
+        stream = job_stream(notice.shard)
+        command = ("XCLAIM", stream, JOB_GROUP, consumer, 0, notice.entry_id, "JUSTID")
+        await self._calls.execute([command], op="hold_job")
 
     async def ack_job(self, notice: JobNotice) -> None:
         stream = job_stream(notice.shard)

@@ -36,6 +36,7 @@ from gateway.store.codecs import (
 from gateway.store.keys import SessionKeys, UserKeys, usage_key
 from gateway.store.link import Command
 from gateway.store.parsed_messages import ParsedMessages
+from gateway.store.pending_jobs import Pending
 from gateway.store.queue import announce
 from gateway.store.quota import (
     Ask,
@@ -380,7 +381,8 @@ class Sessions:
         return [Branch.from_json(item) for item in raw]
 
     async def job_state(self, keys: SessionKeys) -> tuple[bool, Tiers, list[Job]]:
-        """Whether the session exists, its tiers, and its pending jobs (oldest first)."""
+        """Whether the session exists, its tiers, and its pending jobs (oldest first):
+        every job read and parsed (a flush, which runs them all; ``job_view`` reads one)."""
 
         exists, tiers, raw_jobs = await self._calls.execute(
             [("EXISTS", keys.meta), ("GET", keys.tiers), ("HVALS", keys.jobs)], op="job_state"
@@ -390,12 +392,22 @@ class Sessions:
         )
         return bool(exists), Tiers.from_json(tiers), jobs
 
+    async def job_view(self, keys: SessionKeys, job_id: str) -> tuple[bool, Tiers, Pending | None]:
+        """Whether the session exists, its tiers, and job ``job_id`` if it is still
+        pending: what a job's run reads, at the same cost however many jobs are pending."""
+        exists, tiers, pending = await self._calls.execute(
+            [("EXISTS", keys.meta), ("GET", keys.tiers), ("HGET", keys.jobs, job_id)],
+            op="job_view",
+        )
+        return bool(exists), Tiers.from_json(tiers), Pending.from_json(pending) if pending else None
+
     async def write_tiers(
         self, keys: SessionKeys, expected_version: int, tiers: Tiers, job: Job
     ) -> int:
         """Compare-and-set: 1 written, 0 someone wrote first, -1 the session is gone."""
         args: list[Any] = [expected_version, tiers.to_json(), job.id, self._calls.retention_s]
-        call = self._calls.script("write_tiers", [keys.meta, keys.tiers, keys.jobs], args)
+        names = [keys.meta, keys.tiers, keys.jobs, keys.job_order]
+        call = self._calls.script("write_tiers", names, args)
         (written,) = await self._calls.execute([call], op="write_tiers")
         return int(written)
 

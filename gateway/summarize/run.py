@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple, Protocol
 
+from gateway import offload
 from gateway.memory import durable
 from gateway.memory.jobs import Job, needed_range
 from gateway.memory.model import Fact, KeyQA, Message, RollingSummary, Summary, Tiers
 from gateway.presets import Composition
-from gateway.summarize.summarizer import Written
+from gateway.summarize.summarizer import Written, chars_of
 
 
 class SummaryWriter(Protocol):
@@ -138,12 +139,26 @@ async def _extracted(
 ) -> tuple[Fact, ...]:
     """Facts after adding what ``messages`` state: the model's, or model-free ones."""
     found, fallback = await summarizer.facts(messages)
+    keep = composition.facts.keep if composition.facts is not None else 100
+    # Off the event loop when the messages are long (``offload.sized``): the in-process
+    # worker shares it with the requests.
+    work = (job, facts, messages, found, fallback, keep)
+    return await offload.sized(chars_of(messages), _merged_facts, *work)
+
+
+def _merged_facts(
+    job: Job,
+    facts: tuple[Fact, ...],
+    messages: Sequence[Message],
+    found: list[str],
+    fallback: bool,
+    keep: int,
+) -> tuple[Fact, ...]:
     # The model's facts are sentences to key; when it failed, the keyed extractor reads
     # the user's own words. (Adding the fallback's unkeyed fact-like sentences as well was
     # measured to crowd the planted facts out: bench/recall.py, 100% → 99% present.)
     said = max((m.ts for m in messages), default=0.0)
     new = durable.extract(messages) if fallback else durable.keyed(found, job.start, job.end, said)
-    keep = composition.facts.keep if composition.facts is not None else 100
     return durable.merge(facts, new, keep)
 
 

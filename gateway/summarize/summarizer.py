@@ -74,7 +74,11 @@ Among equals the newest wins, so a fold or compress that must cut keeps the newe
 
 Pure except for ``await self.model.complete(...)`` (and log lines that name a kind and a
 reason, never content, and a count of each question's outcome in the metrics): no
-clock, no randomness.
+clock, no randomness. What costs CPU in proportion to the messages (rendering them,
+validating an answer against them, a fallback's extraction, counting their tokens) runs
+in the heavy-work pool once they pass ``offload.HEAVY_CHARS`` (``offload.sized``): the
+in-process worker shares the event loop with the requests, and a fallback over 15
+messages of 100 KB held it for about a second.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway import offload
 from gateway.errors import SummarizerUnavailable
 from gateway.memory.counting import TextCounter
 from gateway.memory.extract import (
@@ -300,6 +305,29 @@ MERGE_PROMPT = "{summaries}"
 # --- The summarizer --------------------------------------------------------------------
 
 
+def chars_of(messages: Sequence[Message]) -> int:
+    """The text the messages hold: how much work on them costs (``offload.sized``)."""
+    return sum(len(message.text) for message in messages)
+
+
+def _answer_problem(text: str, source: str, limits: Limits, prompt: str) -> str | None:
+    problem = summary_problem(text, source, limits)
+    if problem is None and echoes_prompt(text, prompt, source):
+        problem = "echoes the prompt"
+    return problem
+
+
+def _recursive_problem(text: str, source: str, prompt: str) -> str | None:
+    problem = recursive_problem(text, source)
+    if problem is None and echoes_prompt(text, prompt, source):
+        problem = "echoes the prompt"
+    return problem
+
+
+def _compressed_fallback(summary: str | None, messages: Sequence[Message], max_words: int) -> str:
+    return fallback_rolling(summary, message_items(messages), max_words)
+
+
 class Summarizer:
     """Writes every kind of summary with the model, or without it when it fails."""
 
@@ -343,9 +371,8 @@ class Summarizer:
         text = await self._ask(kind, system, prompt, max_tokens=max_tokens)
         if text is None:
             return None
-        problem = summary_problem(text, source, limits)
-        if problem is None and echoes_prompt(text, f"{system}\n{prompt}", source):
-            problem = "echoes the prompt"
+        full = f"{system}\n{prompt}"
+        problem = await offload.sized(len(source), _answer_problem, text, source, limits, full)
         if problem is not None:
             self._rejected(kind, problem)
             return None
@@ -354,14 +381,17 @@ class Summarizer:
 
     async def chunk(self, messages: Sequence[Message]) -> Written:
         """Seed 004's summary of a message range (used by seeds 000, 003 and 004)."""
-        rendered = render_messages(messages)
+        size = chars_of(messages)
+        rendered = await offload.sized(size, render_messages, messages)
         start = messages[0].index if messages else 0
         end = messages[-1].index if messages else 0
         prompt = CHUNK_PROMPT.format(start=start, end=end, messages=rendered)
         text = await self._summary(
             "chunk", CHUNK_SYSTEM, prompt, rendered, CHUNK_LIMITS, max_tokens=CHUNK_WORDS * 2
         )
-        return Written(text, False) if text else Written(fallback_chunk(messages), True)
+        if text:
+            return Written(text, False)
+        return Written(await offload.sized(size, fallback_chunk, messages), True)
 
     async def recursive(
         self,
@@ -380,19 +410,20 @@ class Summarizer:
         """
         ceiling = max(1, int(limit_tokens * RECURSIVE_COMPRESS_AT))
         count = self.counter.count_text
-        if previous is not None and count(previous) > ceiling:
+        size = chars_of(messages)
+        if previous and await offload.sized(len(previous), count, previous) > ceiling:
             # An oversized previous summary (imported, or kept under a larger limit) is cut
             # before it is sent, so the prompt stays bounded as well.
-            previous = fit_sections(section_pieces(previous), ceiling, self.counter)
+            previous = await offload.sized(len(previous), self._fitted, previous, ceiling)
         if not previous:
             previous = None
-        rendered = render_messages(messages)
+        rendered = await offload.sized(size, render_messages, messages)
         source = f"{previous or ''}\n{rendered}"
         target = limit_tokens // 2
         if previous is None:
             kind = "recursive-create"
             prompt = RECURSIVE_CREATE_PROMPT.format(start=start, end=end, messages=rendered)
-        elif count(previous) + count(rendered) > ceiling:
+        elif await offload.sized(len(source), self._tokens, previous, rendered) > ceiling:
             # Previous plus new would already pass the limit: integrate and compress at once.
             kind = "recursive-compress"
             new = RECURSIVE_COMPRESS_NEW.format(start=start, end=end, messages=rendered)
@@ -406,7 +437,10 @@ class Summarizer:
             )
         text = await self._recursive_answer(kind, prompt, source, limit_tokens)
         if text is None:
-            return Written(fallback_recursive(previous, messages, ceiling, self.counter), True)
+            fallback = await offload.sized(
+                size, fallback_recursive, previous, messages, ceiling, self.counter
+            )
+            return Written(fallback, True)
         if count(text) <= ceiling:
             return Written(text, False)
         prompt = RECURSIVE_COMPRESS_PROMPT.format(
@@ -417,7 +451,14 @@ class Summarizer:
             return Written(compressed, False)
         # Last resort: the model's own (valid) text, cut by sections to fit.
         log.info("summarizer recursive: compression did not fit; cutting by sections")
-        return Written(fit_sections(section_pieces(text), ceiling, self.counter), False)
+        return Written(self._fitted(text, ceiling), False)
+
+    def _fitted(self, text: str, ceiling: int) -> str:
+        """A sectioned summary cut to ``ceiling`` tokens."""
+        return fit_sections(section_pieces(text), ceiling, self.counter)
+
+    def _tokens(self, *texts: str) -> int:
+        return sum(self.counter.count_text(text) for text in texts)
 
     async def _recursive_answer(
         self, kind: str, prompt: str, source: str, limit_tokens: int
@@ -425,9 +466,8 @@ class Summarizer:
         text = await self._ask(kind, RECURSIVE_SYSTEM, prompt, max_tokens=limit_tokens)
         if text is None:
             return None
-        problem = recursive_problem(text, source)
-        if problem is None and echoes_prompt(text, f"{RECURSIVE_SYSTEM}\n{prompt}", source):
-            problem = "echoes the prompt"
+        full = f"{RECURSIVE_SYSTEM}\n{prompt}"
+        problem = await offload.sized(len(source), _recursive_problem, text, source, full)
         if problem is not None:
             self._rejected(kind, problem)
             return None
@@ -458,7 +498,8 @@ class Summarizer:
         self, summary: str | None, messages: Sequence[Message], *, max_words: int = 300
     ) -> Written:
         """Seed 002's full compression: old verbatim turns collapsed into the summary."""
-        rendered = render_messages(messages)
+        size = chars_of(messages)
+        rendered = await offload.sized(size, render_messages, messages)
         prompt = COMPRESS_PROMPT.format(
             summary=summary or NO_SUMMARY, messages=rendered, max_words=max_words
         )
@@ -468,7 +509,8 @@ class Summarizer:
         )
         if text:
             return Written(text, False)
-        return Written(fallback_rolling(summary, message_items(messages), max_words), True)
+        fallback = await offload.sized(size, _compressed_fallback, summary, messages, max_words)
+        return Written(fallback, True)
 
     async def key_qa(self, question: str, answer: str) -> tuple[KeyQA, bool]:
         """Seed 002's key pair: the Q/A compressed, with 1-4 relevance tags."""
@@ -487,17 +529,18 @@ class Summarizer:
         self, messages: Sequence[Message], *, limit: int = 10
     ) -> tuple[list[str], bool]:
         """Seed 003's key facts: durable facts from the messages, at most ``limit``."""
-        rendered = render_messages(messages)
+        size = chars_of(messages)
+        rendered = await offload.sized(size, render_messages, messages)
         system = FACTS_SYSTEM.format(limit=limit)
         prompt = FACTS_PROMPT.format(messages=rendered)
         text = await self._ask("facts", system, prompt, max_tokens=60 * limit + 50)
         if text is not None:
-            found = parse_facts(text, rendered, limit)
+            found = await offload.sized(size, parse_facts, text, rendered, limit)
             if found is not None:
                 self.outcome("ok")
                 return found, False
             self._rejected("facts", "not a valid list of facts")
-        return fallback_facts(messages, limit), True
+        return await offload.sized(size, fallback_facts, messages, limit), True
 
     async def merge(self, summaries: Sequence[str]) -> Written:
         """Seed 003's merge of several summaries into one concise paragraph."""

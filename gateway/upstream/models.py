@@ -70,7 +70,7 @@ class _ModelClient:
             raise self.error(f"{self.what} answered {status}")
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply to parse
             raise self.error(f"{self.what} sent a malformed body") from None
 
     async def aclose(self) -> None:

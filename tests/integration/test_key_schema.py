@@ -32,9 +32,9 @@ USED_KEYS += [ADMIN, INSPECTOR, OPERATOR]
 USER = "schema-user"
 
 # Families this test does not make: written only by an edit or a regenerate (branches),
-# an embeddings model (vectors), no version since an old one (index); the lease and the
-# jobs hash live while a job waits or runs, the quota's holds while a turn is in flight,
-# which a scan may or may not catch.
+# an embeddings model (vectors), no version since an old one (index); the lease, the
+# jobs hash and the jobs' order live while a job waits or runs, the quota's holds while a
+# turn is in flight, which a scan may or may not catch.
 NOT_DRIVEN = {
     "mg:{<tenant>}:held",
     "mg:{<tenant>.<session>}:branches",
@@ -42,6 +42,7 @@ NOT_DRIVEN = {
     "mg:{<tenant>.<session>}:index",
     "mg:{<tenant>.<session>}:lease",
     "mg:{<tenant>.<session>}:jobs",
+    "mg:{<tenant>.<session>}:joborder",
 }
 
 

@@ -1,8 +1,9 @@
 -- RECORD: append a turn to a session's log, atomically.
 --
 -- KEYS: the session's keys in ``SessionKeys.all()`` order: meta (1), log (2), tiers,
--- pins (4), jobs (5), lease (6), vec (7), ... and branches LAST (KEYS[#KEYS]); every one
--- but the lease gets the retention TTL.
+-- pins (4), jobs (5), lease (6), vec (7), ..., the jobs' order next to last
+-- (KEYS[#KEYS - 1]) and branches LAST (KEYS[#KEYS]); every one but the lease gets the
+-- retention TTL.
 -- ARGV (built by ``codecs.RecordArgs.encode``, one place):
 --   1 ttl_s, 2 now, 3 session id, 4 user id ("" = keep), 5 truncate_to (-1 = none),
 --   6 expected count (-1 = any), 7 user messages appended, 8 M = messages appended,
@@ -97,6 +98,8 @@ local at = 16 + 2 * m
 if predicted == 1 then
   for i = at, at + 2 * jobs - 1, 2 do
     redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+    -- In the jobs' order too, by trigger: the worker reads its head, not every job.
+    redis.call('ZADD', KEYS[#KEYS - 1], cjson.decode(ARGV[i + 1])['trigger'], ARGV[i])
   end
   for i = at + 2 * jobs, at + 2 * (jobs + pins) - 1, 2 do
     redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])

@@ -9,11 +9,12 @@ import pytest
 
 from gateway.memory.jobs import Job
 from gateway.presets import PRESETS
-from gateway.service.worker import JobRunner, Outcome, Worker
+from gateway.service.worker import JobRunner, Later, Outcome, Worker
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import JobNotice, StoreUnavailable
 from gateway.summarize.summarizer import Summarizer
 from gateway.text.tokens import TokenCounter
+from tests.support.waiting import until
 
 
 class Leases:
@@ -213,3 +214,55 @@ async def test_a_job_that_fails_is_acknowledged_and_the_worker_goes_on(
     await asyncio.wait_for(running, 2)  # and stops cleanly, raising nothing
     assert [n.job_id for n in store.acked] == ["job-1", "job-2"]  # not reclaimed forever
     assert "job job-1 failed and is dropped" in caplog.text
+
+
+class Holding(OneNotice):
+    """One notice; holds asked for (a notice whose job waits for its retry) are noted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[str, str]] = []
+
+    async def hold_job(self, notice: JobNotice, consumer: str) -> None:
+        self.held.append((notice.job_id, consumer))
+
+
+class RetriedJobs:
+    """A runner whose notice's job waits for a retry ``waits`` times, then runs."""
+
+    def __init__(self, waits: int, delay_s: float) -> None:
+        self.waits, self.delay_s = waits, delay_s
+        self.runs = 0
+        self.ran = asyncio.Event()
+
+    async def run_notice(self, notice: JobNotice) -> Outcome | Later:
+        self.runs += 1
+        if self.runs <= self.waits:
+            return Later(self.delay_s)
+        self.ran.set()
+        return "written"
+
+
+async def test_a_notice_whose_job_waits_for_a_retry_is_held_then_handled_again() -> None:
+    store, jobs = Holding(), RetriedJobs(waits=2, delay_s=0.01)
+    worker = Worker(store, jobs, block_ms=5000, concurrency=1)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    await asyncio.wait_for(jobs.ran.wait(), 2)
+    stop.set()
+    await asyncio.wait_for(running, 2)
+    # Not acknowledged while it waited, held each time (no one takes it for a dead
+    # consumer's), acknowledged once its job ran.
+    assert store.held == [("job-1", worker.consumer)] * 2
+    assert [n.job_id for n in store.acked] == ["job-1"] and worker.processed == 1
+
+
+async def test_a_stopping_worker_leaves_a_notice_waiting_for_its_retry_unacknowledged() -> None:
+    store, jobs = Holding(), RetriedJobs(waits=1, delay_s=60.0)
+    worker = Worker(store, jobs, block_ms=5000, reclaim_idle_ms=600_000)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    await until(lambda: store.held, 2, "the notice held for its retry")
+    stop.set()
+    await asyncio.wait_for(running, 2)  # the wait is cancelled, not waited out
+    assert store.acked == [] and jobs.runs == 1  # another worker takes it over

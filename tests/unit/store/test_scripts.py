@@ -15,6 +15,8 @@ EXPECTED = {
     "archive_page",
     "change_key",
     "end",
+    "fail_job",
+    "job_head",
     "limit_reserve",
     "load",
     "quota_reserve",

@@ -538,6 +538,7 @@ async def test_key_qa_accepts_a_fenced_json_object() -> None:
         pair_json(tags=["x" * 40]),
         pair_json(tags=["{}"]),
         pair_json(q="Which sonnet rhymes best?", a="Shakespeare wrote sonnets beautifully."),
+        "[" * 5000,  # a small model looping on one token: too deep for json.loads
     ],
 )
 async def test_key_qa_falls_back_on_invalid_json(answer: str) -> None:
@@ -585,6 +586,7 @@ async def test_facts_accepts_an_empty_array() -> None:
         json.dumps([f"Seat 14C fact {i}" for i in range(4)]),  # more than the limit of 3
         json.dumps(["Lisbon " * 50]),
         json.dumps(["Seat 14C.", "The user secretly owns three submarines."]),
+        "[" * 5000,  # a small model looping on one token: too deep for json.loads
     ],
 )
 async def test_facts_falls_back_on_invalid_answers(answer: str) -> None:

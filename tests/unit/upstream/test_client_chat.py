@@ -105,6 +105,8 @@ BAD_ANSWERS = {
     "429": lambda: web.json_response({"error": {"message": "slow down"}}, status=429),
     "redirect": lambda: web.Response(status=302, headers={"location": "/v1/chat/completions"}),
     "not-json": lambda: web.Response(body=b"not json"),
+    # Past Python's recursion limit: json.loads raises RecursionError, not ValueError.
+    "nested-too-deep": lambda: web.Response(body=b"[" * 100_000),
     "no-choices": lambda: web.json_response({"choices": []}),
     "no-content": lambda: web.json_response({"choices": [{"message": {}}]}),
     "null-content": lambda: web.json_response({"choices": [{"message": {"content": None}}]}),
