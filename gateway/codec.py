@@ -41,7 +41,12 @@ def loads(raw: str | bytes | bytearray) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(raw)
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        # Nested past the interpreter's limit (orjson gives up at 1,024 levels, then the
+        # standard library recurses): bad JSON like any other, never a 500.
+        raise ValueError("JSON nested too deeply") from None
 
 
 def dumps(value: Any) -> bytes:

@@ -217,6 +217,19 @@ def test_memory_api_bad_bodies_get_an_error_envelope(
     assert after == before  # nothing of the rejected request was stored
 
 
+def test_a_memory_api_body_nested_past_the_parsers_limit_gets_a_400(
+    gateway: ServerThread,
+) -> None:
+    nested = b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    response = httpx.post(
+        gateway.url + "/memory/sessions/nested/messages",
+        content=nested,
+        headers={"Authorization": "Bearer sk-bad-api", "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    assert_envelope(response.json())
+
+
 def test_tool_results_sent_alone_must_answer_the_stored_call(
     gateway: ServerThread, api_key: str, session_id: str, redis_server: RedisProcess
 ) -> None:

@@ -58,6 +58,8 @@ def test_bad_json_raises_value_error() -> None:
         loads("{not json")
     with pytest.raises(ValueError):
         loads(b"")
+    with pytest.raises(ValueError):  # was RecursionError: a 500 wherever it was read
+        loads("[" * 5000 + "]" * 5000)
 
 
 def test_writes_compact_utf8() -> None:
