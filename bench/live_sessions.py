@@ -21,9 +21,7 @@ as JSON on stdout.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
 import math
 import statistics
 import sys
@@ -153,34 +151,30 @@ class SessionTarget:
 
 
 async def drive(job: dict[str, Any]) -> dict[str, Any]:
-    from bench.load import _session, _timed  # aiohttp: only in the load generator's process
+    # aiohttp: only in the load generator's process
+    from bench.load import client_session, timed_request
 
     texts = new_messages(int(job.get("seed", 13)))
     targets = [SessionTarget(spec, texts) for spec in job["targets"]]
     pairs = [(target, mode) for target in targets for mode in MODES]
     timings: dict[str, list[dict[str, Any]]] = {f"{t.name}/{m}": [] for t, m in pairs}
     models = job["models"]
-    async with _session(job, 4) as http:
+    async with client_session(job, 4) as http:
         warmup = int(job.get("warmup", 5))
         for round_ in range(warmup + int(job["n"])):
             shift = round_ % len(pairs)
             for target, mode in pairs[shift:] + pairs[:shift]:
                 # Duck-typed as load.py's Target: the same three members.
-                timed = await _timed(http, target, models[mode], mode == "sse")  # type: ignore[arg-type]
+                result = await timed_request(http, target, models[mode], mode == "sse")  # type: ignore[arg-type]
                 if round_ >= warmup:
-                    timings[f"{target.name}/{mode}"].append(timed)
+                    timings[f"{target.name}/{mode}"].append(result)
     return {"timings": timings}
 
 
 def main() -> None:
-    job = json.load(sys.stdin)
-    try:
-        import uvloop  # type: ignore[import-not-found]
-    except ImportError:
-        result = asyncio.run(drive(job))
-    else:
-        result = uvloop.run(drive(job))
-    json.dump(result, sys.stdout)
+    from bench.load import run_job  # aiohttp: only in the load generator's process
+
+    run_job(drive)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ class Target:
         return headers, body
 
 
-async def _timed(
+async def timed_request(
     http: aiohttp.ClientSession, target: Target, model: str, stream: bool
 ) -> dict[str, Any]:
     """One request: seconds to headers, first SSE event and last byte; status; error."""
@@ -99,7 +100,7 @@ async def _timed(
     return result
 
 
-def _session(job: dict[str, Any], connections: int) -> aiohttp.ClientSession:
+def client_session(job: dict[str, Any], connections: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections, force_close=False),
         timeout=aiohttp.ClientTimeout(total=float(job.get("timeout_s", 30))),
@@ -109,15 +110,15 @@ def _session(job: dict[str, Any], connections: int) -> aiohttp.ClientSession:
 async def probe(job: dict[str, Any]) -> dict[str, Any]:
     targets = [Target(spec, job.get("sessions", 64)) for spec in job["targets"]]
     timings: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
-    async with _session(job, 4) as http:
+    async with client_session(job, 4) as http:
         # Warm-up: connections opened, the servers' first-request costs paid.
         for target in targets:
             for _ in range(int(job.get("warmup", 20))):
-                await _timed(http, target, job["model"], True)
+                await timed_request(http, target, job["model"], True)
         for round_ in range(int(job["n"])):
             shift = round_ % len(targets)
             for target in targets[shift:] + targets[:shift]:
-                timings[target.name].append(await _timed(http, target, job["model"], True))
+                timings[target.name].append(await timed_request(http, target, job["model"], True))
     return {"kind": "probe", "timings": timings}
 
 
@@ -127,15 +128,15 @@ async def closed(job: dict[str, Any]) -> dict[str, Any]:
     stream = bool(job.get("stream", False))
     model = job["model"]
     results: list[dict[str, Any]] = []
-    async with _session(job, concurrency) as http:
+    async with client_session(job, concurrency) as http:
         for _ in range(int(job.get("warmup", 0))):
-            await _timed(http, target, model, stream)
+            await timed_request(http, target, model, stream)
         stop_at = time.perf_counter() + float(job["duration_s"])
         budget = itertools.count(int(job.get("max_requests", 0)) or 1 << 62, -1)
 
         async def client() -> None:
             while time.perf_counter() < stop_at and next(budget) > 0:
-                results.append(await _timed(http, target, model, stream))
+                results.append(await timed_request(http, target, model, stream))
 
         start = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -155,9 +156,10 @@ async def closed(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def run_job(runner: Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]) -> None:
+    """A load process's life: its job from stdin (JSON), run on uvloop when installed, its
+    result to stdout."""
     job = json.load(sys.stdin)
-    runner = {"probe": probe, "closed": closed}[job["kind"]]
     try:
         import uvloop  # type: ignore[import-not-found]
     except ImportError:
@@ -165,6 +167,10 @@ def main() -> None:
     else:
         result = uvloop.run(runner(job))
     json.dump(result, sys.stdout)
+
+
+def main() -> None:
+    run_job(lambda job: {"probe": probe, "closed": closed}[job["kind"]](job))
 
 
 if __name__ == "__main__":
