@@ -33,14 +33,19 @@ import numpy as np
 
 from gateway.memory import terms as text_terms
 from gateway.memory import vectors
+from gateway.memory.block import Count, Item, recalled_line
 from gateway.memory.model import Message
 
 K = TypeVar("K", bound=Hashable)
 
 # What a message costs the process beyond its text: the Message, its postings and lengths;
-# and its vector.
+# and its vector. And what a recalled message's line costs beyond its text (``line``).
 _PER_MESSAGE_BYTES = 400
 _VECTOR_BYTES = vectors.DIM + 4
+_PER_LINE_BYTES = 300
+# The ways an archive's lines are shown at once (this session's or another's, with dates
+# or not, per counter): a few in use; past that many, all are made again.
+_LINE_WAYS = 8
 
 # Indexing one message is bounded in time and memory whatever its size. A
 # long text is read in pieces of PIECE_CHARS, cut at a space: each is one short hold of
@@ -149,6 +154,10 @@ class Archive:
         # arrays grown by doubling.
         self._codes = np.zeros((16, vectors.DIM), dtype=np.int8)
         self._inverse = np.zeros(16, dtype=np.float32)
+        # Per way of showing them (``line``): the lines of the messages recalled so far,
+        # by index, and the bytes they hold (in ``nbytes``).
+        self._lines: dict[tuple[str | None, bool, Count], dict[int, Item]] = {}
+        self._line_bytes = 0
         self.nbytes = 0
 
     @property
@@ -172,6 +181,36 @@ class Archive:
 
     def tail(self, n: int) -> tuple[Message, ...]:
         return tuple(self.messages[-n:]) if n > 0 else ()
+
+    def line(self, message: Message, session: str | None, dates: bool, count: Count) -> Item:
+        """``message``, held here (or its counted copy), as the memory block shows it
+        recalled (``block.recalled_line``), knowing what it counts: made once while it is
+        held, not at every turn that recalls it again (a long session's turn sends a
+        hundred lines or more, most of them sent before). Kept per way of showing it: by
+        ``session``, ``dates`` and ``count`` (the key holds the counter, so no other can
+        ever match it)."""
+        lines = self._lines.get((session, dates, count))
+        if lines is not None:
+            item = lines.get(message.index)
+            if item is not None:
+                return item
+        item = recalled_line(message, session, dates, count)
+        if not self.first <= message.index <= self.count:
+            return item  # (not one of those held: nothing to keep it with)
+        if lines is None:
+            if len(self._lines) >= _LINE_WAYS:
+                self._forget_lines()
+            lines = self._lines[(session, dates, count)] = {}
+        lines[message.index] = item
+        size = len(item.text) + _PER_LINE_BYTES
+        self._line_bytes += size
+        self.nbytes += size
+        return item
+
+    def _forget_lines(self) -> None:
+        self._lines.clear()
+        self.nbytes -= self._line_bytes
+        self._line_bytes = 0
 
     def extend(
         self,
@@ -212,6 +251,7 @@ class Archive:
         keep = max(0, count - self.first + 1)
         if keep >= len(self.messages):
             return
+        self._forget_lines()  # (their messages' lines, under the indexes others take)
         dropped = self.messages[keep:]
         for message in dropped:
             self.nbytes -= len(message.text) + _PER_MESSAGE_BYTES + _VECTOR_BYTES

@@ -24,23 +24,27 @@ How each item reads (a person's words always quoted, never instructions): ``bloc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, NamedTuple
 
+from gateway.memory.archive import Archive
 from gateway.memory.block import (
     DATES_HEADER,
     MEMORY_HEADER,
+    SECTION_ORDER,
     SECTIONS,
     Count,
     Item,
+    block_tokens,
     cut_item,
     dates_line,
     item_key,
+    lines_add_up,
     memory_items,
+    memory_lines,
     recalled_line,
-    render_memory,
-    section_tokens,
 )
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
 from gateway.memory.model import Message, Pin, Tiers
@@ -119,13 +123,16 @@ class Context:
 
 class Recalled(NamedTuple):
     """A message recalled from the archive, best first; ``session`` is None for this
-    session. ``lead_in``: the message a short hit answers, sent with it. (Tuples, like
-    ``Item``: hundreds a request, several times faster to make than dataclasses.)"""
+    session. ``lead_in``: the message a short hit answers, sent with it. ``archive``: the
+    one both were found in, which makes each message's line once (``Archive.line``); None:
+    made here. (Tuples, like ``Item``: hundreds a request, several times faster to make
+    than dataclasses.)"""
 
     message: Message
     session: str | None = None
     score: float = 0.0
     lead_in: Message | None = None
+    archive: Archive | None = None
 
     @property
     def key(self) -> str:
@@ -191,10 +198,16 @@ def rendered_block(
     """The block as one message within ``room`` by its exact count (the per-item estimate
     can miss by a token at a joint: the item filled last gives way, counted in
     ``dropped``); None when nothing fits. The dates go only with items, unless
-    ``always``."""
+    ``always``.
+
+    A count that adds up line by line is not given the whole block, new at every turn,
+    but what its lines are known to count (``block_tokens``): the same number."""
+    by_lines = lines_add_up(count)
     while chosen or (always and dates):
-        text = render_memory(chosen, dates, header, always=always)
-        tokens = count(text) + TOKENS_PER_MESSAGE
+        lines, pieces = memory_lines(chosen, dates, header, always=always)
+        text = "\n".join(lines)
+        tokens = block_tokens(lines, pieces, count) if by_lines else count(text)
+        tokens += TOKENS_PER_MESSAGE
         if tokens <= room:
             return Message(role=role, content=text, tokens=tokens)
         if not chosen:
@@ -203,6 +216,8 @@ def rendered_block(
         dropped[last.section] = dropped.get(last.section, 0) + 1
     return None
 
+
+_SECTION = itemgetter(0)  # an ``Item``'s section
 
 # Tiers that give a conversation's gist, which leave ``RecallTier.reserve`` to recall.
 _GIST = frozenset({"facts", "summaries", "rolling", "key_qa", "profile"})
@@ -242,9 +257,8 @@ class Packer:
     def take(self, tier: str, items: Sequence[Item], cost: int) -> None:
         self.used += cost
         self.by_tier[tier] = self.by_tier.get(tier, 0) + cost
-        for item in items:
-            self.chosen.append(item)
-            self.sections.add(item.section)
+        self.chosen.extend(items)
+        self.sections.update(map(_SECTION, items))  # (no Python loop: recall's are many)
 
 
 def fill_recall(
@@ -269,38 +283,45 @@ def fill_recall(
         room = min(room, int(tier.share * budget_tokens) - packer.by_tier.get("recall", 0))
     hits_left = tier.hits if tier.hits is not None else -1
     # A day's header line, as long as the longest such line of its section.
-    headers = {
-        None: packer.count("[Sat 2024-01-13]") + 1,
-        "": packer.count("[Sat 2024-01-13, another conversation]") + 1,
-    }
+    own_header = packer.count("[Sat 2024-01-13]") + 1
+    other_header = packer.count("[Sat 2024-01-13, another conversation]") + 1
     block = 0 if packer.chosen else packer.overhead  # the memory block's own header
     titles = {
         name: 0 if name in packer.sections else packer.count(SECTIONS[name]) + 2
         for name in ("recall", "recall_other")
     }
-    taken: set[tuple[str | None, int]] = {(None, index) for index in shown}
-    days: set[tuple[str | None, int]] = set()
-    chosen: list[tuple[Message, str | None]] = []
+    dates, count = composition.dates, packer.count
+    # A message of this session is its index, and its day the day's number; another
+    # session's, the pair of its session and that (no tuple to make for most hits).
+    taken: set[Hashable] = set(shown)
+    days: set[Hashable] = set()
+    picked: list[Item] = []
     used = left_out = missed = 0
-    for hit in recalled:
+    for message, session, _, lead_in, archive in recalled:
         if room - used < _ROOM_WORTH_TRYING or missed >= _MISSES_WORTH_TRYING or not hits_left:
             break
-        session = hit.session
         cost = 0
         lines = []
-        for message in (hit.lead_in, hit.message):
-            if message is None or (session, message.index) in taken:
+        for line in (message,) if lead_in is None else (lead_in, message):
+            index = line.index
+            if session is None:
+                key: Hashable = index
+                before: Hashable = index - 1
+                after: Hashable = index + 1
+                day: Hashable = int(line.ts // 86400)
+                header = own_header
+            else:
+                key, before, after = (session, index), (session, index - 1), (session, index + 1)
+                day = (session, int(line.ts // 86400))
+                header = other_header
+            if key in taken:
                 continue
-            day = (session, int(message.ts // 86400))
             if day not in days:
-                cost += headers[None if session is None else ""]
-            elif (session, message.index - 1) not in taken and (
-                session,
-                message.index + 1,
-            ) not in taken:
+                cost += header
+            elif before not in taken and after not in taken:
                 cost += 2  # a "…" line before or after it
-            cost += message.tokens
-            lines.append((message, day))
+            cost += line.tokens
+            lines.append((line, key, day))
         if not lines:
             continue
         section = "recall" if session is None else "recall_other"
@@ -311,16 +332,40 @@ def fill_recall(
             continue
         used += cost
         block = titles[section] = 0
-        for message, day in lines:
-            taken.add((session, message.index))
+        for line, key, day in lines:
+            taken.add(key)
             days.add(day)
-            chosen.append((message, session))
+            # The line as its archive keeps it (made once: ``Archive.line``).
+            picked.append(
+                recalled_line(line, session, dates)
+                if archive is None
+                else archive.line(line, session, dates, count)
+            )
         missed = 0
         hits_left -= 1
-    if chosen:
-        dates = composition.dates
-        packer.take("recall", [recalled_line(m, session, dates) for m, session in chosen], used)
+    if picked:
+        packer.take("recall", picked, used)
     return left_out
+
+
+def _chosen_keys(chosen: Sequence[Item]) -> tuple[dict[str, tuple[Any, ...]], dict[str, int]]:
+    """The keys of the chosen summaries, pins and recalled lines (both recall sections
+    as "recall"), in the order chosen; and ``block.section_tokens``. In one pass over what
+    a long session's turn chooses (a hundred lines and more)."""
+    keys: dict[str, list[Any]] = {"summaries": [], "pins": [], "recall": []}
+    tokens: dict[str, int] = {}
+    for item in chosen:
+        section = item.section
+        tokens[section] = tokens.get(section, 0) + item.tokens
+        kept = keys.get(_KEYED.get(section, ""))
+        if kept is not None:
+            kept.append(item.key)
+    sections = {section: tokens[section] for section in SECTION_ORDER if section in tokens}
+    return {name: tuple(found) for name, found in keys.items()}, sections
+
+
+# The sections whose items the receipt names, and under which name.
+_KEYED = {"summaries": "summaries", "pins": "pins", "recall": "recall", "recall_other": "recall"}
 
 
 # Below this many tokens of room, no excerpt is worth trying (a line is ~20 tokens);
@@ -424,14 +469,15 @@ def assemble(  # noqa: C901  (18: its order of filling is read best in one place
     if chosen:
         tier_tokens["memory"] = memory_tokens
     tier_tokens |= {"window": _tokens(window), "new": _tokens(turn.new)}
+    keys, sections = _chosen_keys(chosen)
     receipt = Receipt(
         tiers=tier_tokens,
         window_indexes=tuple(m.index for m in window if m.index),
         budget_tokens=budget_tokens,
-        summaries=tuple(item.key for item in chosen if item.section == "summaries"),
-        pins=tuple(item.key for item in chosen if item.section == "pins"),
-        recalled=tuple(item.key for item in chosen if item.section.startswith("recall")),
-        memory_sections=section_tokens(chosen),
+        summaries=keys["summaries"],
+        pins=keys["pins"],
+        recalled=keys["recall"],
+        memory_sections=sections,
         dropped={k: v for k, v in dropped.items() if v},
     )
     return Context(messages=turn.prompt + memory + window + turn.new, receipt=receipt)

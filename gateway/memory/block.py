@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from gateway.caching import memo
@@ -67,6 +68,9 @@ class Item(NamedTuple):
     # Recalled lines only: where the message sits (sorted by it when shown) and its day.
     order: tuple[float, str, int] = (0.0, "", 0)
     day: str = ""
+    # What the text counts followed by a line break, as the block's count meets it
+    # (``block_tokens``); 0: not known.
+    piece: int = 0
 
 
 def counted_item(
@@ -78,7 +82,8 @@ def counted_item(
     looks up: a text is counted line by line (``tokens.TokenCounter``), each line once,
     so a block of items counted this way is not tokenized a second time.
     """
-    return Item(section, text, count(text + "\n"), key, fallback)
+    tokens = count(text + "\n")
+    return Item(section, text, tokens, key, fallback, piece=tokens)
 
 
 def day_label(ts: float) -> str:
@@ -157,24 +162,29 @@ def _pin_text(pin: Pin, dates: bool) -> str:
     return f"- pinned: {quoted(pin.content)}"
 
 
-def recalled_line(message: Message, session: str | None, dates: bool) -> Item:
+def recalled_line(
+    message: Message, session: str | None, dates: bool, count: Count | None = None
+) -> Item:
     """One recalled message as the memory block shows it: "user: …", its own line breaks
     indented under it (its tokens: see ``assemble._fill_recall``). Not a JSON string as the
     other items are: the speaker's label and the day's line attribute it, the indentation keeps
     it on its line, and quotation marks on every line cost ~10% of recall's room (5
-    points of the evidence REALTALK's questions need, at 3,000 tokens)."""
+    points of the evidence REALTALK's questions need, at 3,000 tokens). With ``count``, it
+    knows its ``piece`` (made once per message: ``Archive.line``)."""
     text = f"{message.role}: {inside(message.text)}"
     section = "recall" if session is None else "recall_other"
     order = (message.ts if session is not None else 0.0, session or "", message.index)
     day = day_label(message.ts) if dates else ""
-    return Item(section, text, message.tokens, item_key(message, session), False, order, day)
+    piece = count(text + "\n") if count is not None else 0
+    key = item_key(message, session)
+    return Item(section, text, message.tokens, key, False, order, day, piece)
 
 
-def _header(item: Item) -> str:
+def _header(section: str, day: str) -> str:
     """The line above a recalled day's lines."""
-    if item.section == "recall_other":
-        return f"[{item.day}, another conversation]" if item.day else "[another conversation]"
-    return f"[{item.day}]"
+    if section == "recall_other":
+        return f"[{day}, another conversation]" if day else "[another conversation]"
+    return f"[{day}]"
 
 
 class TierShape(NamedTuple):
@@ -274,44 +284,108 @@ def section_tokens(chosen: Sequence[Item]) -> dict[str, int]:
     return {section: tokens[section] for section in SECTION_ORDER if section in tokens}
 
 
-def _excerpt_lines(items: Sequence[Item]) -> list[str]:
+def _excerpt_lines(items: Sequence[Item], lines: list[str], pieces: list[int]) -> None:
     """Recalled lines in conversation order, under a line for each day (and each other
-    conversation), with "…" where messages were left out between two of one day."""
-    lines: list[str] = []
-    previous: Item | None = None
-    for item in sorted(items, key=lambda i: i.order):
-        same_run = previous is not None and previous.order[1] == item.order[1]
-        if not same_run or previous is None or previous.day != item.day:
-            if item.day or item.section == "recall_other":
-                lines.append(_header(item))
-            elif previous is not None:
+    conversation), with "…" where messages were left out between two of one day; added
+    to ``lines``, and what each counts to ``pieces`` (``memory_lines``). (Each item read
+    once into locals: a long session's turn shows a hundred lines and more.)"""
+    first = True
+    run: str | None = None
+    last_day = ""
+    last = 0
+    for section, text, _, _, _, (_, session, index), day, piece in sorted(items, key=_ORDER):
+        if first or session != run or day != last_day:
+            if day or section == "recall_other":
+                lines.append(_header(section, day))
+                pieces.append(0)
+            elif not first:
                 lines.append(GAP)
-        elif item.order[2] != previous.order[2] + 1:
+                pieces.append(0)
+        elif index != last + 1:
             lines.append(GAP)
-        lines.append(item.text)
-        previous = item
-    return lines
+            pieces.append(0)
+        lines.append(text)
+        pieces.append(piece)
+        first, run, last_day, last = False, session, day, index
+
+
+_ORDER = attrgetter("order")
+
+
+def memory_lines(
+    chosen: Sequence[Item], dates: str = "", header: str = MEMORY_HEADER, *, always: bool = False
+) -> tuple[list[str], list[int]]:
+    """The block's lines (``render_memory`` joins them), and what each counts followed by
+    a line break when known, else 0 (``block_tokens``)."""
+    lines = [header]
+    if dates and (chosen or always):
+        lines += ["", DATES_HEADER, dates]
+    pieces = [0] * len(lines)
+    by_section: dict[str, list[Item]] = {}
+    for item in chosen:
+        by_section.setdefault(item.section, []).append(item)
+    for section in SECTION_ORDER:
+        items = by_section.get(section)
+        if not items:
+            continue
+        lines += ("", SECTIONS[section])
+        pieces += (0, 0)
+        if section in ("recall", "recall_other"):
+            _excerpt_lines(items, lines, pieces)
+            continue
+        if section == "key_qa":
+            items.reverse()  # chosen newest first; read oldest first
+        lines += [item.text for item in items]
+        pieces += [item.piece for item in items]
+    return lines, pieces
 
 
 def render_memory(
     chosen: Sequence[Item], dates: str = "", header: str = MEMORY_HEADER, *, always: bool = False
 ) -> str:
     """The block's text; the dates only with items, unless ``always``."""
-    lines = [header]
-    if dates and (chosen or always):
-        lines += ["", DATES_HEADER, dates]
-    for section in SECTION_ORDER:
-        items = [item for item in chosen if item.section == section]
-        if not items:
-            continue
-        if section in ("recall", "recall_other"):
-            texts = _excerpt_lines(items)
+    return "\n".join(memory_lines(chosen, dates, header, always=always)[0])
+
+
+def lines_add_up(count: Count) -> bool:
+    """Whether ``count`` counts a text as the sum of its pieces, cut after each line break
+    that a character other than whitespace or "/" follows (``tokens.LineCount``: the
+    gateway's counters do; a test's may not)."""
+    return getattr(count, "by_lines", False) is True
+
+
+def block_tokens(lines: Sequence[str], pieces: Sequence[int], count: Count) -> int:
+    """``count("\n".join(lines))`` for a count that adds up (``lines_add_up``), without
+    counting the whole text again: each run of lines that starts a piece (the lines after
+    it, blank or indented, continue it) is counted with the line break that ends it, and
+    a line alone in its run adds what it is known to count (``pieces``: an item's, counted
+    once). Those runs are the very pieces the count would cut the text into, so the sum
+    is the same number."""
+    total = 0
+    n = len(lines)
+    start = 0
+    # The lines of the block's own making, as often as it has days and gaps ("…"):
+    # each counted once here.
+    made: dict[str, int] = {}
+    while start < n:
+        end = start + 1
+        # (Inline: ``tokens.split_lines``'s test of where a piece starts, once a line.)
+        while end < n and not ((line := lines[end]) and not line[0].isspace() and line[0] != "/"):
+            end += 1
+        if end == n:
+            total += count("\n".join(lines[start:end]))
+        elif end > start + 1:
+            total += count("\n".join(lines[start:end]) + "\n")
+        elif pieces[start]:
+            total += pieces[start]
         else:
-            texts = [item.text for item in items]
-            if section == "key_qa":
-                texts.reverse()  # chosen newest first; read oldest first
-        lines += ["", SECTIONS[section], *texts]
-    return "\n".join(lines)
+            line = lines[start]
+            found = made.get(line)
+            if found is None:
+                found = made[line] = count(line + "\n")
+            total += found
+        start = end
+    return total
 
 
 def dates_line(now: float, window: Sequence[Message], where: str = "after this one") -> str:

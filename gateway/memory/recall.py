@@ -25,11 +25,12 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from gateway.caching import memo_when_short
 from gateway.memory import vectors
 from gateway.memory.archive import Archive
 from gateway.memory.model import Message
@@ -215,25 +216,35 @@ def _spill(scores: npt.NDArray[Any], rate: float) -> npt.NDArray[Any]:
 def _words_score(archive: Archive, query: Query, weights: Weights) -> npt.NDArray[np.float64]:
     """BM25 of every message of the archive."""
     n = len(archive.messages)
-    scores = np.zeros(n, dtype=np.float64)
     if n == 0 or not query.terms:
-        return scores
-    lengths = np.frombuffer(archive.lengths, dtype=np.uint32)
+        return np.zeros(n, dtype=np.float64)
+    # Every term's postings at once: a few array operations per request, not per term
+    # (each costs as much as a short posting list's arithmetic). A message's terms add up
+    # in the query's order, as one addition per term would.
+    found = [
+        (weight, entry) for term, weight in query.terms.items()
+        if (entry := archive.postings.get(term)) is not None
+    ]  # fmt: skip
+    if not found:
+        return np.zeros(n, dtype=np.float64)
+    # Each term's weight times its idf, for each of its postings.
+    dfs = [len(entry[0]) for _, entry in found]
+    idfs = [
+        weight * math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for (weight, _), df in zip(found, dfs, strict=True)
+    ]
+    factor = np.repeat(idfs, dfs)
+    positions = np.concatenate([np.frombuffer(entry[0], dtype=np.uint32) for _, entry in found])
+    tf = np.concatenate([np.frombuffer(entry[1], dtype=np.uint32) for _, entry in found])
+    tf = tf.astype(np.float64)
     # BM25's length normalisation, k1 * (1 - b + b * length / mean length), computed
     # only where a term occurs (not over the whole archive, twice per request).
+    lengths = np.frombuffer(archive.lengths, dtype=np.uint32)
     flat = weights.k1 * (1 - weights.b)
     per_term = weights.k1 * weights.b / max(archive.total_length / n, 1.0)
-    for term, weight in query.terms.items():
-        entry = archive.postings.get(term)
-        if entry is None:
-            continue
-        positions = np.frombuffer(entry[0], dtype=np.uint32)
-        tf = np.frombuffer(entry[1], dtype=np.uint32).astype(np.float64)
-        df = len(positions)
-        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        norm = flat + per_term * lengths[positions]
-        scores[positions] += weight * idf * tf * (weights.k1 + 1) / (tf + norm)
-    return scores
+    norm = flat + per_term * lengths[positions]
+    added = factor * tf * (weights.k1 + 1) / (tf + norm)
+    return cast(npt.NDArray[np.float64], np.bincount(positions, weights=added, minlength=n))
 
 
 def _meaning_score(archive: Archive, query: Query, weights: Weights) -> npt.NDArray[Any]:
@@ -330,7 +341,7 @@ def _feedback_terms(
     for score, number, position in best:
         archive = sources[number].archive
         documents = len(archive.messages)
-        for term in set(stems(words(archive.messages[position].text[:FEEDBACK_CHARS]))):
+        for term in _feedback_vocabulary(archive.messages[position].text[:FEEDBACK_CHARS]):
             if term in query.terms:
                 continue
             df = len(archive.postings[term][0]) if term in archive.postings else 1
@@ -338,6 +349,15 @@ def _feedback_terms(
             weight[term] = weight.get(term, 0.0) + score * idf
     chosen = heapq.nlargest(FEEDBACK_TERMS, weight.items(), key=lambda item: item[1])
     return {term: 1.0 for term, _ in chosen}
+
+
+# Kept for the process, not per app: a pure function of a text, which the best hits
+# repeat from turn to turn (a message's text is one string object while it is held, and
+# so hashed once). A chat message's, not a pasted document's: bounded to ~30 MB.
+@memo_when_short(limit=1024, maxsize=2048)
+def _feedback_vocabulary(text: str) -> frozenset[str]:
+    """The distinct terms of a text, as the second pass reads them."""
+    return frozenset(stems(words(text)))
 
 
 def _best(source: int, first: int, scores: npt.NDArray[np.float64], limit: int) -> list[Hit]:
@@ -378,10 +398,20 @@ def _top(scores: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
 def lead_in(archive: Archive, index: int) -> Message | None:
     """The message a short hit answers (``SHORT_WORDS`` words or fewer): "Twice!" means
     nothing without "How often have you been to Turks and Caicos?"."""
+    found = with_lead_in(archive, index)
+    return found[1] if found is not None else None
+
+
+def with_lead_in(archive: Archive, index: int) -> tuple[Message, Message | None] | None:
+    """Message ``index`` of the archive and its ``lead_in``, in one look (a turn resolves
+    a hundred hits and more); None when the archive does not hold it."""
     position = index - archive.first
-    if not 0 < position < len(archive.messages) or archive.words[position] > SHORT_WORDS:
+    messages = archive.messages
+    if not 0 <= position < len(messages):
         return None
-    return archive.messages[position - 1]
+    if position and archive.words[position] <= SHORT_WORDS:
+        return messages[position], messages[position - 1]
+    return messages[position], None
 
 
 def vocabulary(archives: Iterable[Archive]) -> Callable[[str], bool]:

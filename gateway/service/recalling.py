@@ -21,6 +21,8 @@ from gateway.text.embedder import StaticEmbedder
 
 log = logging.getLogger(__name__)
 
+_new = tuple.__new__
+
 # What recall reads of a long message to search with it: its beginning and its end (a
 # question before or after a pasted document), so that building the query costs the same
 # for a megabyte as for a page.
@@ -117,19 +119,23 @@ class Recall:
         sessions: Sequence[str | None],
         model: str,
     ) -> Iterator[Recalled]:
-        """The hits as messages, made as ``assemble`` reads them."""
+        """The hits as messages, made as ``assemble`` reads them: one at a time, as far as
+        its budget goes (a long session's turn reads a hundred and more)."""
+        archives = [source.archive for source in sources]
         for hit in hits:
-            source = sources[hit.source].archive
-            message = source.message(hit.index)
-            if message is None:
+            source = archives[hit.source]
+            found = recall.with_lead_in(source, hit.index)
+            if found is None:
                 continue
-            lead_in = recall.lead_in(source, hit.index)
+            message, lead_in = found
             # Stored messages carry their count: only one stored without it is counted.
             if not message.tokens:
                 (message,) = self.planner.counted((message,), model, {})
             if lead_in is not None and not lead_in.tokens:
                 (lead_in,) = self.planner.counted((lead_in,), model, {})
-            yield Recalled(message, sessions[hit.source], hit.score, lead_in)
+            # (``tuple.__new__``: a named tuple's own constructor is a Python function, at
+            # twice the cost.)
+            yield _new(Recalled, (message, sessions[hit.source], hit.score, lead_in, source))
 
     async def _rerank(
         self, keys: SessionKeys, query: str, hits: list[recall.Hit], config: EmbeddingsConfig

@@ -97,6 +97,16 @@ def split_lines(text: str) -> list[str]:
     return pieces
 
 
+class LineCount(partial[int]):
+    """A counter of texts whose count of a text is the sum of its pieces' counts, cut where
+    ``split_lines`` cuts (``TokenCounter.count_text`` counts them so). Whoever knows what
+    the lines of a long text count (the memory block's, each counted once) may add them
+    up instead of counting the text (``block.lines_add_up``): the same number, exactly.
+    (A ``partial``: called as fast as one.)"""
+
+    by_lines = True
+
+
 def text_chars(message: Message) -> int:
     """About how many characters ``TokenCounter.count_message`` would tokenize: its text
     and its tool calls (to tell a large message from a small one without reading it)."""
@@ -154,10 +164,11 @@ class TokenCounter:
 
     def for_model(self, model: str) -> Callable[[str], int]:
         """``count_text`` for one model, as the same object at every call: what is derived
-        with it can be remembered by it (``assemble``'s tier items)."""
+        with it can be remembered by it (``assemble``'s tier items). It says that its
+        counts add up line by line (``LineCount``)."""
         count = self._per_model.get(model)
         if count is None:
-            count = partial(self.count_text, model=model)
+            count = LineCount(self.count_text, model=model)
             self._per_model.put(model, count)
         return count
 

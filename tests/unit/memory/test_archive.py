@@ -175,3 +175,82 @@ def test_truncating_a_long_message_cuts_its_postings() -> None:
     assert {t: p.tolist() for t, (p, _) in archive.postings.items()} == {
         t: p.tolist() for t, (p, _) in fresh.postings.items()
     }
+
+
+# --- Recalled lines, made once (issue 33) -----------------------------------------------
+
+
+class Counting:
+    """A counter (a token a word) that notes what it is given."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+def test_a_recalled_line_is_made_once_while_its_message_is_held() -> None:
+    from gateway.memory.block import recalled_line
+
+    archive, count = build(["my passport is\nin the drawer", "the rent"]), Counting()
+    message = archive.messages[0]
+    line = archive.line(message, None, True, count)
+    assert line == recalled_line(message, None, True, count)
+    assert line.piece == count(line.text + "\n") and line.tokens == message.tokens
+    count.texts.clear()
+    size = archive.nbytes
+    assert archive.line(message, None, True, count) is line  # the next turns: found
+    assert count.texts == [] and archive.nbytes == size
+
+
+def test_each_way_of_showing_a_line_is_its_own() -> None:
+    archive, count = build(["my passport", "the rent"]), Counting()
+    message = archive.messages[1]
+    own = archive.line(message, None, True, count)
+    other = archive.line(message, "earlier", True, count)
+    undated = archive.line(message, None, False, count)
+    recounted = archive.line(message, None, True, Counting())
+    assert (own.section, own.key, own.day) == ("recall", "2", "Tue 2023-11-14")
+    assert (other.section, other.key) == ("recall_other", "earlier#2")
+    assert undated.day == "" and recounted is not own and recounted == own
+    assert archive.line(message, "earlier", True, count) is other
+
+
+def test_lines_are_forgotten_with_the_messages_a_regenerate_replaced() -> None:
+    from gateway.memory.archive import _PER_LINE_BYTES
+
+    archive, count = build(["my passport", "the rent"]), Counting()
+    old = archive.line(archive.messages[1], None, True, count)
+    archive.truncate(1)
+    assert archive.nbytes == build(["my passport"]).nbytes  # the line's bytes went too
+    archive.extend(messages(["a new answer"], first=2), [None])
+    new = archive.line(archive.messages[1], None, True, count)
+    assert old.text == "user: the rent" and new.text == "user: a new answer"
+    grown = Archive("g")
+    grown.extend(messages(["my passport", "a new answer"]), [vector(0), None])
+    assert archive.nbytes == grown.nbytes + len(new.text) + _PER_LINE_BYTES
+
+
+def test_the_bytes_of_kept_lines_are_counted_and_bounded() -> None:
+    from gateway.memory import archive as archive_module
+
+    archive = build(["my passport", "the rent"])
+    bare = archive.nbytes
+    first = archive.line(archive.messages[0], None, True, Counting())
+    assert archive.nbytes == bare + len(first.text) + archive_module._PER_LINE_BYTES
+    # More ways than are kept at once: all are made again, their bytes gone with them.
+    for _ in range(archive_module._LINE_WAYS):
+        archive.line(archive.messages[0], None, True, Counting())
+    assert archive.nbytes == bare + len(first.text) + archive_module._PER_LINE_BYTES
+    archive.truncate(0)
+    assert archive.nbytes == build([]).nbytes
+
+
+def test_a_message_the_archive_does_not_hold_is_shown_but_not_kept() -> None:
+    archive, count = build(["my passport"]), Counting()
+    stranger = Message("user", "not held", index=9)
+    size = archive.nbytes
+    assert archive.line(stranger, None, False, count).text == "user: not held"
+    assert archive.nbytes == size

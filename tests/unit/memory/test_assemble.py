@@ -928,6 +928,49 @@ def test_model_made_summaries_and_facts_leave_recall_its_reserve() -> None:
     assert recalled == sorted(recalled) and recalled[0] < recalled[1] < recalled[2], recalled
 
 
+def test_lines_an_archive_keeps_make_the_context_lines_made_each_turn_make() -> None:
+    """Issue 33: a recalled message's line is made once, by the archive it was found in;
+    the context is the same to the byte, and so is its count (a word counter's, and the
+    gateway's, which adds the block up from its lines)."""
+    from gateway.memory.archive import Archive
+    from gateway.memory.assemble import Recalled
+
+    held = [
+        said(i, f"fact number {i} here\n  and /its line {i}", SAT + i * 7_000) for i in range(1, 41)
+    ]
+    archive = Archive("g")
+    archive.extend(held, [None] * len(held))
+    other = Archive("g2")
+    other.extend(held[:5], [None] * 5)
+    hits = [Recalled(m, lead_in=held[m.index - 2] if m.index % 4 == 0 else None) for m in held]
+    hits = hits[::-3] + [Recalled(m, "earlier") for m in held[:5]]
+    kept = [hit._replace(archive=other if hit.session else archive) for hit in hits]
+    kwargs: dict[str, Any] = dict(
+        tiers=Tiers(facts=(Fact("my seat is 14C", 3, 3),)),
+        pins=(),
+        composition=RECALL,
+        memory_role="system",
+        now=SAT + 30 * DAY,
+    )
+    for counter in (count, TokenCounter().for_model("gpt-4o")):
+        for budget in (10_000, 400, 180):
+            made = assemble(
+                turn(conv(2)), budget_tokens=budget, count=counter, recalled=hits, **kwargs
+            )
+            for _ in range(2):  # made by the archive, then found there
+                found = assemble(
+                    turn(conv(2)), budget_tokens=budget, count=counter, recalled=kept, **kwargs
+                )
+                assert found == made
+            text = memory_text(made)
+            assert (
+                text is not None and made.messages[1].tokens == counter(text) + TOKENS_PER_MESSAGE
+            )
+            recalled = made.receipt.recalled
+            assert recalled  # (and at 10,000, every hit: "earlier#5" the last)
+            assert recalled[-1] == "earlier#5" or budget < 10_000
+
+
 def test_a_receipt_says_what_the_upstream_can_reuse_before_the_budget() -> None:
     receipt = Receipt(tiers={"prompt": 7}, window_indexes=(), budget_tokens=100, stable=64)
     assert receipt.header() == "prompt=7;stable=64;budget=100"  # the budget stays last

@@ -295,3 +295,51 @@ def _best_by_sorting(scores: list[float], limit: int) -> list[tuple[int, float]]
 def test_the_best_hits_are_those_a_full_sort_gives(scores: list[float], limit: int) -> None:
     hits = _best(0, 1, np.array(scores, dtype=np.float64), limit)
     assert [(h.index - 1, h.score) for h in hits] == _best_by_sorting(scores, limit)
+
+
+# --- BM25 over every term at once (issue 33) ----------------------------------------------
+
+BM25_WORDS = ["passport", "drawer", "lyon", "sister", "ski", "tea", "rent", "14c", "blue"]
+
+
+def bm25_term_by_term(archive: Archive, query: Query, weights: Weights) -> np.ndarray:
+    """BM25 as it reads in a textbook: each term's postings added in turn."""
+    n = len(archive.messages)
+    scores = np.zeros(n, dtype=np.float64)
+    if n == 0:
+        return scores
+    lengths = np.frombuffer(archive.lengths, dtype=np.uint32)
+    flat = weights.k1 * (1 - weights.b)
+    per_term = weights.k1 * weights.b / max(archive.total_length / n, 1.0)
+    for term, weight in query.terms.items():
+        if term not in archive.postings:
+            continue
+        positions = np.frombuffer(archive.postings[term][0], dtype=np.uint32)
+        tf = np.frombuffer(archive.postings[term][1], dtype=np.uint32).astype(np.float64)
+        df = len(positions)
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        norm = flat + per_term * lengths[positions]
+        scores[positions] += weight * idf * tf * (weights.k1 + 1) / (tf + norm)
+    return scores
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(BM25_WORDS), max_size=8).map(" ".join), max_size=30),
+    st.dictionaries(
+        st.sampled_from([*BM25_WORDS, "absent"]),
+        st.sampled_from([1.0, 0.5, 1 / 3, 0.1]),
+        max_size=len(BM25_WORDS) + 1,
+    ),
+)
+def test_every_term_scored_at_once_is_each_term_added_in_turn(
+    texts: list[str], weighted: dict[str, float]
+) -> None:
+    """The same scores to the last bit: a message's terms add up in the query's order."""
+    from gateway.memory.recall import _words_score
+
+    archive = archive_of(texts)
+    query = Query(weighted)
+    found = _words_score(archive, query, Weights())
+    expected = bm25_term_by_term(archive, query, Weights())
+    assert found.dtype == expected.dtype and found.tobytes() == expected.tobytes()

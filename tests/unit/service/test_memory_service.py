@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from gateway.auth.identity import Identity, MemoryMode
 from gateway.config import MemoryConfig
@@ -120,7 +123,9 @@ class CountingTexts(TokenCounter):
 
 async def test_the_next_turn_of_a_session_does_not_count_its_unchanged_tiers_again() -> None:
     """The same stored tiers (one object while their bytes are unchanged) at the next
-    turn: their summaries are not counted again. Only the memory block is."""
+    turn: their summaries are not counted again (as an item: with the line break after
+    it). Only the memory block is, by adding up its lines' counts: what is looked up is
+    the lines whose count is not known, here the last, which no line break follows."""
     stored = tuple(replace(m, index=i + 1, tokens=7) for i, m in enumerate(history(40)))
     tiers = Tiers(version=2, summaries=(Summary(2, 22, "the trip to Lisbon"),))
     state = SessionState(message_count=40, tail=stored, tiers=tiers)
@@ -132,7 +137,12 @@ async def test_the_next_turn_of_a_session_does_not_count_its_unchanged_tiers_aga
     tokens.texts.clear()
     second = await service.prepare(IDENTITY, (Message("user", "new"),), "gpt-4o")
     assert second.context == first.context
-    assert not any(text.startswith("### Messages 2-22") for text in tokens.texts)
+    summary = "### Messages 2-22\n> the trip to Lisbon"
+    assert summary + "\n" not in tokens.texts
+    assert tokens.texts.count(summary) == 1  # the block's last line
+    block = second.context.messages[0].content
+    assert isinstance(block, str) and block.endswith(summary)
+    assert block not in tokens.texts
 
 
 class RacingSessions(FakeSessions):
@@ -176,3 +186,42 @@ async def test_a_record_whose_tail_moved_is_planned_again_and_imports_nothing_tw
         ([*texts, "mine", "answer"], 0),  # refused: the log moved
         (["mine", "answer"], None),  # planned again: only this turn's own messages
     ]
+
+
+async def test_a_long_session_s_recalled_lines_are_made_and_counted_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 33: a turn of a long session sends a hundred recalled lines and more, most of
+    them sent before. Each is made, and counted, once while the session's archive is held;
+    the memory block is counted by adding up what its lines count, not whole again."""
+    from gateway.memory import archive as archive_module
+
+    made: list[str] = []
+    make = archive_module.recalled_line
+
+    def making(message: Message, *args: Any) -> Any:
+        made.append(message.text)
+        return make(message, *args)
+
+    monkeypatch.setattr(archive_module, "recalled_line", making)
+    said = [replace(m, content=f"{m.text}: the trip to Lisbon") for m in history(400)]
+    stored = tuple(replace(m, index=i + 1, tokens=9) for i, m in enumerate(said))
+    tokens = CountingTexts()
+    state = SessionState(message_count=400, tail=stored)
+    service = MemoryService(StoreOf(sessions=FakeSessions(state)), tokens, MemoryConfig())
+    question = (Message("user", "what did we say about the trip to Lisbon?"),)
+    first = await service.prepare(IDENTITY, question, "gpt-4o")
+    recalled = first.context.receipt.recalled
+    assert len(recalled) > 100 and len(made) == len(recalled)
+    made.clear()
+    tokens.texts.clear()
+    second = await service.prepare(IDENTITY, question, "gpt-4o")
+    assert second.context == first.context
+    assert made == []  # every line found where the first turn made it
+    block = second.context.messages[0].content
+    assert isinstance(block, str) and block.count("the trip to Lisbon") == len(recalled)
+    assert block not in tokens.texts
+    # Looked up again (in the counter's memo): the question, and what the block's frame
+    # and its lines that no item stands for count (its header, titles, dates, a day's
+    # line, its last line), as many whatever the number of lines.
+    assert len(tokens.texts) < 20, tokens.texts
