@@ -11,12 +11,17 @@ only if the gateway really forwarded the remembered message. Models:
     fail-stream   the stream ends with response.failed (no response.completed)
     cached-prompt answers as fake-model; its usage says CACHED_TOKENS of the input came
                   from the prompt cache (the others say 0)
+
+Output items get fresh ids (``msg_…``, ``fc_…``), and unless a request says ``store:
+false`` its output items are kept (``StoredItems``): an ``item_reference`` to one is
+read as that item, one to an id never kept is refused with OpenAI's 404.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -104,6 +109,45 @@ def _call_item(item_id: str, call: dict[str, Any], status: str = "completed") ->
     }
 
 
+def output_items(answer: str | None, calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """A response's output items, completed, each with an id of its own."""
+    output = [_call_item(f"fc_{secrets.token_hex(8)}", call) for call in calls or ()]
+    if answer is not None:
+        output.insert(0, _message_item(f"msg_{secrets.token_hex(8)}", answer))
+    return output
+
+
+class StoredItems:
+    """The output items of the responses a request did not ask not to store (``store``
+    is true by default), as OpenAI keeps them for ``item_reference``."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+
+    def keep(self, body: dict[str, Any], output: list[dict[str, Any]]) -> None:
+        if body.get("store") is not False:
+            self.items.update((item["id"], item) for item in output)
+
+    def resolve(self, body: dict[str, Any]) -> dict[str, Any] | Response:
+        """``body`` with each item reference replaced by the item it names; a 404 in
+        OpenAI's envelope for an id never kept."""
+        items = body.get("input")
+        if not isinstance(items, list):
+            return body
+        resolved = []
+        for item in items:
+            if isinstance(item, dict) and item.get("type") == "item_reference":
+                kept = self.items.get(item.get("id"))  # type: ignore[arg-type]
+                if kept is None:
+                    error = {"message": f"Item with id '{item.get('id')}' not found.",
+                             "type": "invalid_request_error", "param": "input",
+                             "code": None}  # fmt: skip
+                    return JSONResponse({"error": error}, status_code=404)
+                item = kept
+            resolved.append(item)
+        return {**body, "input": resolved}
+
+
 def refusal(body: dict[str, Any], messages: list[dict[str, Any]]) -> Response | None:
     """The error answers: a model that fails, an input with nothing to answer, a
     ``function_call`` without its ``function_call_output`` (as OpenAI refuses it)."""
@@ -125,12 +169,7 @@ def refusal(body: dict[str, Any], messages: list[dict[str, Any]]) -> Response | 
     return None
 
 
-def complete(
-    response_id: str, body: dict[str, Any], answer: str | None, calls: list[dict[str, Any]] | None
-) -> Response:
-    output = [_call_item(f"fc_{i}", call) for i, call in enumerate(calls or ())]
-    if answer is not None:
-        output.insert(0, _message_item("msg_0", answer))
+def complete(response_id: str, body: dict[str, Any], output: list[dict[str, Any]]) -> Response:
     return JSONResponse(response_object(response_id, body, output, "completed"))
 
 
@@ -142,11 +181,11 @@ def _event(kind: str, number: int, **fields: Any) -> bytes:
 async def stream_events(
     response_id: str,
     body: dict[str, Any],
-    answer: str | None,
-    calls: list[dict[str, Any]] | None,
+    output: list[dict[str, Any]],
     finished: Callable[[], None],
 ) -> AsyncIterator[bytes]:
-    """The event stream of one response, as the OpenAI API sends it."""
+    """The event stream of one response (its ``output_items``), as the OpenAI API sends
+    it."""
     model = body.get("model", "fake-model")
     numbers = iter(range(1_000_000))
     delay = 0.3 if model == "slow-stream" else 0.0
@@ -160,61 +199,56 @@ async def stream_events(
     yield event(
         "response.in_progress", response=response_object(response_id, body, [], "in_progress")
     )
-    output: list[dict[str, Any]] = []
-    if answer is not None:
-        item_id = "msg_0"
-        yield event(
-            "response.output_item.added",
-            output_index=0,
-            item=_message_item(item_id, "", "in_progress"),
-        )
-        place = {"item_id": item_id, "output_index": 0, "content_index": 0}
-        empty = {"type": "output_text", "text": "", "annotations": []}
-        yield event("response.content_part.added", **place, part=empty)
-        for n, word in enumerate(answer.split(" ")):
+    for index, done in enumerate(output):
+        item_id = done["id"]
+        if done["type"] == "message":
+            answer = done["content"][0]["text"]
             yield event(
-                "response.output_text.delta",
-                **place,
-                delta=word if n == 0 else " " + word,
-                logprobs=[],
+                "response.output_item.added",
+                output_index=index,
+                item=_message_item(item_id, "", "in_progress"),
             )
-            if delay:
-                await asyncio.sleep(delay)
-        yield event("response.output_text.done", **place, text=answer, logprobs=[])
-        yield event(
-            "response.content_part.done",
-            **place,
-            part={"type": "output_text", "text": answer, "annotations": []},
-        )
-        done = _message_item(item_id, answer)
-        yield event("response.output_item.done", output_index=0, item=done)
-        output.append(done)
-    for call in calls or ():
-        index = len(output)
-        item_id = f"fc_{index}"
-        yield event(
-            "response.output_item.added",
-            output_index=index,
-            item=_call_item(item_id, call, "in_progress"),
-        )
-        arguments = call["function"]["arguments"]
-        for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+            place = {"item_id": item_id, "output_index": index, "content_index": 0}
+            empty = {"type": "output_text", "text": "", "annotations": []}
+            yield event("response.content_part.added", **place, part=empty)
+            for n, word in enumerate(answer.split(" ")):
+                yield event(
+                    "response.output_text.delta",
+                    **place,
+                    delta=word if n == 0 else " " + word,
+                    logprobs=[],
+                )
+                if delay:
+                    await asyncio.sleep(delay)
+            yield event("response.output_text.done", **place, text=answer, logprobs=[])
             yield event(
-                "response.function_call_arguments.delta",
+                "response.content_part.done",
+                **place,
+                part={"type": "output_text", "text": answer, "annotations": []},
+            )
+        else:
+            call = {"id": done["call_id"], "function": {"name": done["name"], "arguments": ""}}
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item=_call_item(item_id, call, "in_progress"),
+            )
+            arguments = done["arguments"]
+            for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                yield event(
+                    "response.function_call_arguments.delta",
+                    item_id=item_id,
+                    output_index=index,
+                    delta=piece,
+                )
+            yield event(
+                "response.function_call_arguments.done",
                 item_id=item_id,
                 output_index=index,
-                delta=piece,
+                arguments=arguments,
+                name=done["name"],
             )
-        yield event(
-            "response.function_call_arguments.done",
-            item_id=item_id,
-            output_index=index,
-            arguments=arguments,
-            name=call["function"]["name"],
-        )
-        done = _call_item(item_id, call)
         yield event("response.output_item.done", output_index=index, item=done)
-        output.append(done)
     if model == "fail-stream":
         failed = response_object(response_id, body, output, "failed")
         failed["error"] = {"code": "server_error", "message": "the model failed"}

@@ -190,6 +190,11 @@ class FakeUpstream:
     completed_streams: int = 0
     # Keys this upstream refuses (401 on every route), as a provider does a revoked key.
     rejected_keys: set[str] = field(default_factory=set)
+    # The Responses API's stored output items (what an ``item_reference`` names).
+    stored_items: fake_responses.StoredItems = field(default_factory=fake_responses.StoredItems)
+    # Serve chat completions only, as llama-cpp-python, Ollama and many vLLM deployments
+    # do: /v1/responses answers as their FastAPI does (404 {"detail": "Not Found"}).
+    chat_only: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def app(self) -> Starlette:
@@ -214,10 +219,14 @@ class FakeUpstream:
     async def responses(self, request: Request) -> Response:
         """The Responses API (``fake_responses``): answers as ``chat`` does."""
         seen = await self._seen(request)
+        if self.chat_only:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         refused = self._refused(request)
         if refused is not None:
             return refused
-        body = seen.json()
+        body = self.stored_items.resolve(seen.json())
+        if isinstance(body, Response):
+            return body  # a reference to an item never stored
         model = body.get("model", "fake-model")
         messages = fake_responses.as_messages(body)
         failed = fake_responses.refusal(body, messages)
@@ -227,13 +236,15 @@ class FakeUpstream:
             return JSONResponse(_too_long(model, prompt_tokens(messages)), status_code=400)
         answer, calls = reply_to(messages, "fake-model" if model != "tool-caller" else model)
         response_id = f"resp_{next(self._ids)}"
+        output = fake_responses.output_items(answer, calls)
+        self.stored_items.keep(body, output)
         if not body.get("stream"):
-            return fake_responses.complete(response_id, body, answer, calls)
+            return fake_responses.complete(response_id, body, output)
 
         def finished() -> None:
             self.completed_streams += 1
 
-        events = fake_responses.stream_events(response_id, body, answer, calls, finished)
+        events = fake_responses.stream_events(response_id, body, output, finished)
         return StreamingResponse(events, media_type="text/event-stream")
 
     def chat_requests(self) -> list[SeenRequest]:

@@ -35,6 +35,7 @@ from gateway.routes.health import Health
 from gateway.routes.memory_api import MemoryAPI
 from gateway.routes.memory_proxy import MemoryProxy
 from gateway.routes.openapi import OpenAPIEndpoint
+from gateway.routes.over_chat import ResponsesUpstream
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.prometheus import MetricsEndpoint
 from gateway.routes.relay import CLIENT_CLOSED
@@ -50,6 +51,7 @@ from gateway.store.redis_store import RedisStore, StoreUnavailable
 from gateway.text.embedder import StaticEmbedder
 from gateway.text.tokens import TokenCounter
 from gateway.ui.inspector import Inspector
+from gateway.ui.tenant_labels import TenantLabels
 from gateway.upstream.client import Upstream
 from gateway.upstream.headers import Allowlist
 
@@ -308,6 +310,7 @@ def create_app(
             auth=auth,
             passthrough=passthrough,
             dialect=RESPONSES,
+            responses=ResponsesUpstream(upstream, settings.upstream.responses),
         )
         routes.append(Route("/v1/responses", responses.handle, methods=["POST"]))
     routes += [
@@ -325,7 +328,10 @@ def create_app(
     if settings.auth.admin_key is not None:
         routes += AdminAPI(settings.auth, gateway_keys, registry, clock).routes()
     if settings.ui.enabled:
-        routes += Inspector(operations, settings.ui, clock).routes()
+        # Tenants by name where the gateway knows one (its keys' tenants), never a secret.
+        named = registry if settings.auth.mode == "keys" else None
+        labels = TenantLabels(tenants, named)
+        routes += Inspector(operations, settings.ui, clock, labels).routes()
     # Rate limits (``limits``): not installed at all when none is configured.
     limiter = rate_limiter(settings, store.limits, clock)
     middleware = []

@@ -36,6 +36,13 @@ from gateway.wiring import build_clients
 
 log = logging.getLogger("gateway")
 
+# What --help opens with: for the person running the command (the module's docstring is
+# for the person reading the code).
+DESCRIPTION = (
+    "An OpenAI-compatible proxy that gives chat applications long-conversation memory. "
+    "Run it with `serve`; the other commands manage it and the memory it keeps."
+)
+
 
 def _redis(settings: Settings) -> tuple[EmbeddedRedis | None, str]:
     if settings.redis.url != "embedded":
@@ -209,7 +216,7 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="memory-gateway", description=__doc__)
+    parser = argparse.ArgumentParser(prog="memory-gateway", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway")

@@ -206,6 +206,9 @@ class UpstreamConfig(_Section):
     # As large as server.max_body_bytes: whatever a client may send can be forwarded.
     max_request_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
     prompt_cache: PromptCacheConfig = PromptCacheConfig()
+    # /v1/responses: the upstream's own, the gateway's over chat completions, or auto:
+    # native until the upstream answers 404/405 there (routes/over_chat).
+    responses: Literal["native", "chat", "auto"] = "auto"
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamConfig:
@@ -303,7 +306,7 @@ class MemoryConfig(_Section):
 
 
 class SummarizerConfig(_Section):
-    model: str = "gpt-4o-mini"
+    model: str | None = "gpt-4o-mini"  # null: no model, every summary a model-free extract
     base_url: str | None = None  # None: the upstream's base_url
     api_key: str | None = None  # None: upstream.api_key; never a client's key
     timeout_s: float = Field(default=30.0, gt=0)

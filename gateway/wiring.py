@@ -99,7 +99,7 @@ def build_clients(
         base_url=summarizer_config.base_url or settings.upstream.base_url,
         # Never a client's key: the configured summarizer key, else the upstream's.
         api_key=summarizer_config.api_key or settings.upstream.api_key,
-        model=summarizer_config.model,
+        model=summarizer_config.model or "",
         timeout_s=summarizer_config.timeout_s,
         temperature=summarizer_config.temperature,
     )
@@ -151,7 +151,12 @@ def build_clients(
         store=store,
         job_store=store.with_deadline(job_timeout),
         chat_model=chat_model,
-        summarizer=Summarizer(chat_model, tokenizer, outcome=metrics.summary_outcome),
+        # No model (``summarizer.model: null``): summaries and facts are extracts, at once.
+        summarizer=Summarizer(
+            chat_model if summarizer_config.model else None,
+            tokenizer,
+            outcome=metrics.summary_outcome,
+        ),
         tokenizer=tokenizer,
         clock=clock,
     )

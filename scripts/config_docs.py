@@ -135,6 +135,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "it larger, the oldest are sent as placeholders until it fits",
         "prompt_cache": "how the upstream caches a repeated prompt prefix: each receipt's "
         "`stable=N` (see `upstream.prompt_cache`)",
+        "responses": "who serves `/v1/responses`: `native` the upstream's own; `chat` the "
+        "gateway, over the upstream's chat completions (llama-cpp-python, Ollama, vLLM "
+        "without the Responses API; function tools only); `auto` native until the upstream "
+        "answers 404/405 there, then chat for the rest of the process",
     },
     "PromptCacheConfig": {
         "policy": "`openai`: from `minimum_tokens` common tokens in `step_tokens` steps; "
@@ -293,7 +297,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "idle_end_s": "a user's session idle this long is ended when they start a new one",
     },
     "SummarizerConfig": {
-        "model": "the model that summarizes and extracts facts",
+        "model": "the model that summarizes and extracts facts; `null`: none, every summary "
+        "and fact is a model-free extract, made at once (a local single-slot server)",
         "base_url": "`null`: the upstream's",
         "api_key": "`null`: `upstream.api_key`; when that is null too, no key is sent "
         "(local servers). Never a client's key",

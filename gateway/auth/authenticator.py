@@ -23,6 +23,7 @@ import json
 import logging
 import secrets
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,7 +34,7 @@ from gateway import offload
 from gateway.auth.identity import bearer_key
 from gateway.auth.periodic import every
 from gateway.auth.tenancy import Tenants
-from gateway.config import AuthConfig, is_placeholder
+from gateway.config import MIN_KEY_CHARS, PLACEHOLDER_KEYS, AuthConfig, is_placeholder
 from gateway.errors import Forbidden, KeysUnavailable, Unauthorized, UpstreamUnreachable
 from gateway.observability import metrics
 
@@ -256,11 +257,7 @@ class Authenticator:
             return self._gateway_key(key)
         if is_placeholder(key):
             if not self.config.allow_anonymous:
-                raise Unauthorized(
-                    "an API key is required: send it as 'Authorization: Bearer <key>' "
-                    "(placeholder keys such as EMPTY are not keys)",
-                    code="missing_api_key",
-                )
+                raise _no_key(key)
             key = ""  # every anonymous client is the one anonymous tenant
         quota = quota_bytes(None, self.config.quota_mb)
         return Caller("", key_id(key), None, None, self.config.trust_user_header, quota, key)
@@ -305,9 +302,7 @@ class Authenticator:
         upstream = self.upstream_api_key or ""
         if record.upstream_key is not None:
             upstream = self.config.upstream_keys[record.upstream_key]
-        # A NUL can be in no Authorization header: no client key of forward mode can name
-        # the same tenant as a gateway key's tenant.
-        name = "\x00gateway-tenant:" + record.tenant
+        name = gateway_tenant_name(record.tenant)
         quota = quota_bytes(record.quota_mb, self.config.quota_mb)
         return Caller("", record.id, upstream, record.users, True, quota, name)
 
@@ -342,6 +337,13 @@ class Authenticator:
         self._verdicts[found] = (accepted, self.clock() + for_s)
 
 
+def gateway_tenant_name(tenant: str) -> str:
+    """What a gateway key's tenant is named as (its id is this name's keyed hash). A NUL
+    can be in no Authorization header: no client key of forward mode can name the same
+    tenant as a gateway key's tenant."""
+    return "\x00gateway-tenant:" + tenant
+
+
 def quota_bytes(own: float | None, default: float | None) -> int | None:
     """A caller's storage quota in bytes (None: no bound): its key's ``quota_mb``, else the
     default (``auth.quota_mb``); 0 (or a null default) is no bound."""
@@ -359,6 +361,23 @@ def _refuse_other_schemes(headers: Headers) -> None:
             "only Bearer keys are accepted: send 'Authorization: Bearer <key>'",
             code="invalid_api_key",
         )
+
+
+def _no_key(key: str) -> Unauthorized:
+    """The 401 for a key that is no key: a key merely too short is told so (it was sent,
+    and a longer one is the fix), not that a key is required."""
+    shown = unicodedata.normalize("NFKC", key).strip()
+    if shown and shown.casefold() not in PLACEHOLDER_KEYS:
+        return Unauthorized(
+            f"this API key is too short: a key has {MIN_KEY_CHARS} characters or more "
+            f"(this one has {len(shown)})",
+            code="invalid_api_key",
+        )
+    return Unauthorized(
+        "an API key is required: send it as 'Authorization: Bearer <key>' "
+        "(placeholder keys such as EMPTY are not keys)",
+        code="missing_api_key",
+    )
 
 
 def _has_key(headers: Headers) -> bool:

@@ -40,15 +40,36 @@ class Unreachable(CommandError):
 class ApiError(CommandError):
     """The gateway answered with an error (OpenAI's envelope, when it sent one)."""
 
-    def __init__(self, status: int, message: str, type: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type
         self.param = param
+        self.code = code
 
     def __str__(self) -> str:
         return f"{self.message} ({self.type}, HTTP {self.status})"
+
+    def for_command(self) -> ApiError:
+        """The error as a command's user reads it: a refused key is given with ``--api-key``
+        or the environment, not in the ``Authorization`` header the gateway's 401 speaks
+        of (the command writes that header)."""
+        if self.status != 401:
+            return self
+        where = f"pass --api-key KEY, or set {KEY_ENVS[0]} (or {KEY_ENVS[1]})"
+        if self.code == "missing_api_key":
+            message = f"the gateway needs an API key: {where}"
+        else:
+            message = f"{self.message}; {where}"
+        return ApiError(self.status, message, self.type, self.param, self.code)
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> ApiError:
@@ -59,6 +80,7 @@ class ApiError(CommandError):
                 str(error.get("message") or response.reason_phrase),
                 str(error.get("type") or "error"),
                 error.get("param") if isinstance(error.get("param"), str) else None,
+                error.get("code") if isinstance(error.get("code"), str) else None,
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             text = response.text.strip()[:200] or response.reason_phrase
@@ -138,7 +160,7 @@ class MemoryClient:
         except httpx.HTTPError as error:
             raise CommandError(f"request to the gateway at {self.url} failed: {error}") from None
         if not response.is_success:
-            raise ApiError.from_response(response)
+            raise ApiError.from_response(response).for_command()
         return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:

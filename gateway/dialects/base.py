@@ -31,8 +31,11 @@ class ProxiedRequest(Protocol):
     @property
     def stream(self) -> bool: ...
 
-    def forwarded(self, context: Sequence[dict[str, Any]]) -> bytes:
-        """The body to send upstream, its conversation replaced by ``context``."""
+    def forwarded(
+        self, context: Sequence[dict[str, Any]], resolved: frozenset[str] = frozenset()
+    ) -> bytes:
+        """The body to send upstream, its conversation replaced by ``context``, without
+        the item references memory ``resolved`` (``Reconciled.resolved``)."""
         ...
 
     def check_recorded(self, recorded: Sequence[Message]) -> None:

@@ -16,6 +16,9 @@ CONVERSATION_ROLES = frozenset({"user", "assistant", "tool", "function"})
 PROMPT_ROLES = frozenset({"system", "developer"})
 # Derived values one Tiers keeps (``Tiers.derived``): one a composition and model in use.
 DERIVED_ENTRIES = 8
+# One Responses API output item an answer came as: (its id, its type, its call_id for a
+# function_call, else ""). A client's ``item_reference`` names it (``memory.references``).
+OutputItem = tuple[str, str, str]
 
 
 def call_texts(tool_calls: Any) -> list[str]:
@@ -87,6 +90,9 @@ class Message:
     index: int = 0
     tokens: int = 0
     ts: float = 0.0
+    # The upstream's output items this answer came as (Responses API; () otherwise). Kept
+    # with the stored message, never forwarded: see ``memory.references``.
+    output_items: tuple[OutputItem, ...] = ()
 
     @classmethod
     def from_openai(cls, data: dict[str, Any]) -> Message:
@@ -118,6 +124,8 @@ class Message:
         data = self.to_openai()
         data["tokens"] = self.tokens
         data["ts"] = self.ts
+        if self.output_items:
+            data["output_items"] = self.output_items
         return codec.dumps(data)
 
     @classmethod
@@ -133,6 +141,7 @@ class Message:
         # session's stored tail (up to memory.reconcile_tail messages), and the copy
         # doubled the cost.
         tool_calls = data.get("tool_calls")
+        items = data.get("output_items")
         return cls(
             data["role"],
             data.get("content"),
@@ -142,6 +151,7 @@ class Message:
             index,
             int(data.get("tokens", 0)),
             data.get("ts", 0.0),
+            tuple((str(i), str(t), str(c)) for i, t, c in items) if items else (),
         )
 
     def but(
@@ -158,6 +168,7 @@ class Message:
             self.index if index is None else index,
             self.tokens if tokens is None else tokens,
             self.ts if ts is None else ts,
+            self.output_items,
         )
 
     def with_content(self, content: Any, tokens: int | None = None) -> Message:
@@ -172,6 +183,7 @@ class Message:
             self.index,
             self.tokens if tokens is None else tokens,
             self.ts,
+            self.output_items,
         )
 
     @property
@@ -396,5 +408,6 @@ class SessionState:
     updated: float = 0.0  # the last record's time (0: never)
     profile: dict[str, Any] | None = None  # the user's cross-session profile
     history: tuple[dict[str, Any], ...] = ()  # the user's last ended sessions
+    active: tuple[str, ...] = ()  # the user's sessions not ended, the latest active first
     # The fingerprint of the context last forwarded for it (``prompt_cache``; "": none).
     forwarded: str = ""

@@ -50,15 +50,20 @@ Notes:
     regenerate, an edit — carries ``expected_count``: it is recorded only if the log
     still has that length, and otherwise reconciled again against the newer tail, so two
     requests that both saw the same missing history import it once.
+
+    A Responses API history may name earlier answers by ``item_reference``: those are
+    resolved against the loaded tail first (``references``), so that it lines up as the
+    same history sent in full does.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.memory.model import PROMPT_ROLES, Message, SessionState
+from gateway.memory.references import resolve
 
 # How many messages must agree for two histories to count as the same conversation.
 _ALIGN = 4
@@ -77,6 +82,8 @@ class Reconciled:
     branch_from: int | None = None
     # The stored message count this plan relies on; None when it may land after any turn.
     expected_count: int | None = None
+    # The request's item references not to forward: memory holds their items.
+    resolved: frozenset[str] = frozenset()
 
 
 def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
@@ -178,6 +185,14 @@ def reconcile(
 ) -> Reconciled:
     """This request's plan. An edit may abandon stored messages only if the newest was
     recorded before ``edits_before`` (a time; ``None``: no edit at all)."""
+    messages, resolved = resolve(messages, state.tail)
+    plan = _plan(messages, state, edits_before)
+    return replace(plan, resolved=resolved) if resolved else plan
+
+
+def _plan(
+    messages: Sequence[Message], state: SessionState, edits_before: float | None
+) -> Reconciled:
     prompt = tuple(m for m in messages if m.role in PROMPT_ROLES)
     conversation = [m for m in messages if m.role not in PROMPT_ROLES]
     last_assistant = max(

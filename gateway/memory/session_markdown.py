@@ -19,6 +19,17 @@ def _iso(ts: str | None) -> str:
     return iso_time(float(ts)) if ts else "(open)"
 
 
+def _start(meta: Mapping[str, str], messages: Sequence[Message]) -> str:
+    """When the conversation began: its earliest message's time when that is before the
+    session's record was made (an imported conversation's own times: the record was made
+    at the import), else the record's time."""
+    times = [m.ts for m in messages if m.ts > 0]
+    created = meta.get("created")
+    if created:
+        times.append(float(created))
+    return iso_time(min(times)) if times else "(open)"
+
+
 def _line(index: int, role: str, text: str) -> str:
     return f"**Message {index} ({role.title()}):** {text}"
 
@@ -38,7 +49,7 @@ def session_markdown(
         f"# Session: {session_id}",
         "",
         "## Metadata",
-        f"- Start: {_iso(meta.get('created'))}",
+        f"- Start: {_start(meta, messages)}",
         f"- End: {_iso(meta.get('ended'))}",
         f"- Message Count: {state.message_count}",
         f"- Summary Version: {rolling.version if rolling else state.tiers.version}",

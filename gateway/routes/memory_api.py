@@ -216,7 +216,8 @@ class MemoryAPI:
         check_turn_tool_results(parsed.messages, turn.plan.new, turn.plan.prior)
         parsed.check_recorded(turn.plan.to_record)
         field = "input" if dialect is RESPONSES else "messages"
-        forwarded = codec.loads(parsed.forwarded(turn.context.openai_messages()))
+        context = turn.context.openai_messages()
+        forwarded = codec.loads(parsed.forwarded(context, turn.plan.resolved))
         return JSONResponse({field: forwarded[field], "receipt": turn.context.receipt.to_json()})
 
     async def flush(self, request: Request) -> Response:

@@ -27,6 +27,7 @@ from gateway.errors import InvalidRequest, UpstreamError
 from gateway.http import rate_limits, token_costs
 from gateway.memory.model import Message
 from gateway.observability import metrics, request_log
+from gateway.routes.over_chat import ResponsesUpstream
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.relay import (
     CLIENT_CLOSED,
@@ -65,6 +66,7 @@ class MemoryProxy:
         auth: Authenticator,
         passthrough: Passthrough,
         dialect: Dialect = CHAT,
+        responses: ResponsesUpstream | None = None,
     ) -> None:
         self.settings = settings
         self.dialect = dialect
@@ -72,6 +74,9 @@ class MemoryProxy:
         self.turns = turns
         self.auth = auth
         self.passthrough = passthrough
+        # The Responses route's choice of upstream API (``upstream.responses``): None for
+        # chat completions, and for a Responses upstream that is always native.
+        self.responses = responses if responses is not None and responses.mode != "native" else None
 
     async def handle(self, request: Request) -> Response:
         caller = self.auth.identify(request.headers)  # before any other work
@@ -81,7 +86,10 @@ class MemoryProxy:
                 raise InvalidRequest(
                     "X-Session-Id header is required", param="X-Session-Id", code="missing_session"
                 )
-            return await self.passthrough.forward(request, caller, extra=_MEMORY_OFF)
+            if self.responses is None:
+                return await self.passthrough.forward(request, caller, extra=_MEMORY_OFF)
+            body = await read_body(request, self.settings.server.max_body_bytes)
+            return await self._as_sent(request, caller, body, None, _MEMORY_OFF)
         body = await read_body(request, self.settings.server.max_body_bytes)
         mode = memory_mode(request.headers)
         user_id = caller.user_id(header_id(request.headers, "X-User-Id"))
@@ -115,12 +123,24 @@ class MemoryProxy:
         )
 
         def send(turn: Turn) -> Awaitable[UpstreamResponse]:
+            if self.responses is not None:
+                context = turn.context.openai_messages()
+
+                async def conversation() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                    return parsed.body, context
+
+                return self.responses.open(
+                    lambda: parsed.forwarded(context, turn.plan.resolved),
+                    conversation,
+                    query=request.scope.get("query_string", b""),
+                    headers=headers,
+                )
             return self.upstream.open(
                 "POST",
                 request.scope["path"],  # not request.url: building it is ~2% of a request
                 query=request.scope.get("query_string", b""),
                 headers=headers,
-                content=parsed.forwarded(turn.context.openai_messages()),
+                content=parsed.forwarded(turn.context.openai_messages(), turn.plan.resolved),
             )
 
         timer = metrics.timer(request.scope)
@@ -142,16 +162,29 @@ class MemoryProxy:
         request: Request,
         caller: Caller,
         body: bytes,
-        messages: tuple[Message, ...],
+        messages: tuple[Message, ...] | None,
         extra: dict[str, str],
     ) -> Response:
         """The request forwarded as the client sent it (memory off, or nothing for it to
-        do); under a token limit, its prompt reserved as parsed (images at their cost)."""
+        do); under a token limit, its prompt reserved as parsed (images at their cost).
+        ``messages``: None when it was not parsed (no session)."""
         tokens = None
-        if rate_limits.counting_tokens():
+        if rate_limits.counting_tokens() and messages is not None:
             tokens = token_costs.body_tokens(len(body), messages)
+        opener = None
+        if self.responses is not None:
+            # Over chat as the memory route's answers are, only without memory.
+            responses, query = self.responses, request.scope.get("query_string", b"")
+
+            async def conversation() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                parsed = await self.dialect.parse(body, self.settings.server)
+                return parsed.body, [m.to_openai() for m in parsed.messages]
+
+            def opener(headers: list[tuple[str, str]]) -> Awaitable[UpstreamResponse]:
+                return responses.open(lambda: body, conversation, query=query, headers=headers)
+
         return await self.passthrough.forward(
-            request, caller, body=body, extra=extra, tokens=tokens
+            request, caller, body=body, extra=extra, tokens=tokens, opener=opener
         )
 
     async def _whole(

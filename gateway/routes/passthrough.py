@@ -16,7 +16,7 @@ Notes:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,7 +32,7 @@ from gateway.routes.relay import (
     streamed,
     unless_client_leaves,
 )
-from gateway.upstream.client import Upstream
+from gateway.upstream.client import Upstream, UpstreamResponse
 from gateway.upstream.headers import BUILT_IN, Allowlist, request_headers
 
 # Percent-encodings that could change how the path is read upstream: ".", "/", "\", "?",
@@ -102,9 +102,12 @@ class Passthrough:
         body: bytes | None = None,
         extra: dict[str, str] | None = None,
         tokens: int | None = None,
+        opener: Callable[[list[tuple[str, str]]], Awaitable[UpstreamResponse]] | None = None,
     ) -> Response:
         """``tokens``: the prompt's, when the caller counted them (else, under a token
-        limit, the body's length tells: ``token_costs.length_tokens``)."""
+        limit, the body's length tells: ``token_costs.length_tokens``). ``opener``: sends
+        ``body`` with the headers it is given, in place of the upstream at this path (the
+        Responses API served over chat completions: ``routes/over_chat``)."""
         path = request.scope["path"]  # not request.url: building it is ~2% of a request
         check_path(request.scope.get("raw_path") or path.encode(), path)
         chat = path == "/v1/chat/completions" and request.method == "POST"
@@ -134,12 +137,16 @@ class Passthrough:
             # upstream that reads none on a GET kept its terminator in the connection,
             # and the next request on it failed).
             body = b""
-        opening = self.upstream.open(
-            request.method,
-            path,
-            query=request.scope.get("query_string", b""),
-            headers=headers,
-            content=request.stream() if body is None else body,
+        opening = (
+            opener(headers)
+            if opener is not None
+            else self.upstream.open(
+                request.method,
+                path,
+                query=request.scope.get("query_string", b""),
+                headers=headers,
+                content=request.stream() if body is None else body,
+            )
         )
         timer = metrics.timer(request.scope)
         timer.upstream_sent()

@@ -2,7 +2,8 @@
 
 A load brings what was appended to a session since the process last read it; a session
 the process does not hold (or holds at another generation) is read again by pages. The
-user's earlier sessions that their history names are prefetched with the next load.
+user's other sessions (not ended yet, or named by their history) are prefetched with the
+next load.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ INLINE_MESSAGES = 256
 # Messages embedded on the event loop when recorded (a turn's two): an import's batch is
 # embedded in a thread.
 INLINE_VECTORS = 4
+# A young session recalls from at most this many of its user's other sessions.
+PEERS_MOST = 8
 
 
 def _build(
@@ -49,12 +52,25 @@ class Archives:
         self.store = store
         self.cache = cache
         self.vectors = vectors  # None: words only (no vectors read, made or kept)
-        # A prefetch hint, never trusted as data: which sessions a user's history named at
-        # their last request (their archives come with the next load).
+        # A prefetch hint, never trusted as data: the user's sessions this process served
+        # or found named at their last request (their archives come with the next load of
+        # a young session of theirs: its first turn too stays at two round trips).
         self._peers: BoundedMap[UserKeys, tuple[SessionKeys, ...]] = BoundedMap(RECENT_ENTRIES)
 
-    def peers(self, user: UserKeys) -> tuple[SessionKeys, ...]:
-        return self._peers.get(user, ())
+    def peers(self, user: UserKeys, keys: SessionKeys) -> tuple[SessionKeys, ...]:
+        """The user's sessions to prefetch with a load of their session ``keys``."""
+        return tuple(peer for peer in self._peers.get(user, ()) if peer != keys)
+
+    def seen(self, user: UserKeys, keys: SessionKeys) -> None:
+        """The user's session ``keys`` is served here: the first of their sessions to
+        prefetch for the next new one."""
+        known = self._peers.get(user, ())
+        if known[:1] != (keys,):
+            self._remember(user, keys, known)
+
+    def _remember(self, user: UserKeys, keys: SessionKeys, others: Sequence[SessionKeys]) -> None:
+        sessions = (keys, *(other for other in others if other != keys))
+        self._peers.put(user, sessions[: PEERS_MOST + 1])
 
     def known(self, keys: SessionKeys) -> Known | None:
         held = self.cache.get(keys)
@@ -151,19 +167,18 @@ class Archives:
     async def elsewhere(
         self, keys: SessionKeys, user: UserKeys | None, loaded: Loaded, tier: RecallTier
     ) -> dict[SessionKeys, Archive]:
-        """The archives of the user's ended sessions their history names (as loaded with
-        this request), for a young session to recall from. Those the load brought are
-        brought up to date; one it did not (the history changed since this process last
-        saw it) is read now. A prefetched one the history no longer names (erased) is
-        ignored."""
-        if user is None or not tier.across_sessions or not loaded.state.history:
+        """The archives of the user's other sessions, for a young session to recall from:
+        those not ended yet, the latest active first, then the ended ones their history
+        names (as loaded with this request), at most ``PEERS_MOST``. Those the load brought
+        are brought up to date; one it did not (the history changed since this process
+        last saw it) is read now. A prefetched one neither names (erased) is ignored."""
+        state = loaded.state
+        if user is None or not tier.across_sessions or not (state.history or state.active):
             return {}
-        sessions = [
-            SessionKeys(keys.tenant, entry["session_id"])
-            for entry in loaded.state.history
-            if entry.get("session_id") and entry["session_id"] != keys.session_id
-        ]
-        self._peers.put(user, tuple(sessions))
+        named = [*state.active, *(entry.get("session_id") for entry in state.history)]
+        ids = [sid for sid in dict.fromkeys(named) if sid and sid != keys.session_id]
+        sessions = [SessionKeys(keys.tenant, sid) for sid in ids[:PEERS_MOST]]
+        self._remember(user, keys, sessions)
         found = {}
         for session in sessions:
             log = loaded.peers.get(session)

@@ -135,7 +135,7 @@ class MemoryService:
         maybe_young = young_tier is not None and keys not in self._grown
         peers: tuple[SessionKeys, ...] = ()
         if user is not None and query and maybe_young and tier is not None:
-            peers = self._held.peers(user)
+            peers = self._held.peers(user, keys)
         archived = self.archives.get(keys) if tier is not None else None
         ask = None
         quota = identity.quota_bytes
@@ -204,6 +204,8 @@ class MemoryService:
         archive = None
         if tier is not None:
             archive = await self._held.archive(keys, loaded.log, archived, tier)
+            if user is not None and tier.across_sessions:
+                self._held.seen(user, keys)  # prefetched for their next new session
             state = replace(state, tail=archive.tail(self.config.reconcile_tail))
         plan = await self._planner.plan(messages, state, model)
         if identity.mode is MemoryMode.ON:

@@ -331,4 +331,4 @@ def _kept(answer: Message, limit: int) -> Message:
         return answer
     cut = raw[: limit - 128].decode("utf-8", "ignore")  # room for the note
     note = f"\n[… this answer was cut at {len(cut):,} of its {len(text):,} characters]"
-    return Message(role=answer.role, content=cut + note, tool_calls=answer.tool_calls)
+    return answer.with_content(cut + note, tokens=0)  # (calls, output items kept; recounted)

@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 # record.lua's ``first`` when the session is another user's.
 OWNED = -2
 
+# A user's sessions not ended yet, the latest active first, that a load brings: what a new
+# session of theirs recalls from at once, before any of them ends.
+ACTIVE_READ = 8
+
 
 class SessionOwned(StoreUnavailable):
     """A record naming a user found the session another user's (its user is set once,
@@ -135,10 +139,17 @@ class Sessions:
         commands = [self._load_call(LoadArgs(keys, tail, known, vectors, most))]
         at["user"] = len(commands)
         if user is not None:
-            commands += [("GET", user.profile), ("LRANGE", user.history, 0, -1)]
+            commands += [
+                ("GET", user.profile),
+                ("LRANGE", user.history, 0, -1),
+                ("ZREVRANGE", user.active, 0, ACTIVE_READ - 1),
+            ]
         at["peers"] = len(commands)
         for peer, held in peers:
-            commands.append(self._load_call(LoadArgs(peer, 0, held, vectors, most)))
+            # One this process holds: what was appended since; one it does not: its newest
+            # ``most`` (a short session whole, with no page read after the load).
+            tail_of_peer = 0 if held is not None else most
+            commands.append(self._load_call(LoadArgs(peer, tail_of_peer, held, vectors, most)))
         at["usage"] = len(commands)
         hold = None
         if reserve is not None:  # last: its error reply alone does not fail the load
@@ -154,7 +165,9 @@ class Sessions:
                 log.warning("quota not reserved (the record will charge it): %s", reply)
             else:
                 reserved = reservation(reply, hold)
-        profile, history = replies[at["user"] : at["peers"]] if user is not None else (None, [])
+        profile, history, active = (
+            replies[at["user"] : at["peers"]] if user is not None else (None, [], [])
+        )
         fields = own.fields
         user_id = fields.get(b"user_id")
         state = SessionState(
@@ -170,6 +183,7 @@ class Sessions:
             updated=float(fields.get(b"updated") or 0),
             profile=codec.loads(profile) if profile else None,
             history=tuple(codec.loads(h) for h in history),
+            active=tuple(a.decode() if isinstance(a, bytes) else str(a) for a in active),
             forwarded=(fields.get(b"forwarded") or b"").decode("ascii", "replace"),
         )
         peer_logs = {

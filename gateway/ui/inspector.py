@@ -28,6 +28,7 @@ from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import StoreUnavailable
 from gateway.ui import present, views
 from gateway.ui.login import AdminAuth
+from gateway.ui.tenant_labels import TenantLabel, TenantLabels, unnamed
 
 # What a form may post: a pin's content is the largest field.
 MAX_FORM_BYTES = 64 * 1024
@@ -119,9 +120,11 @@ class Inspector:
         operations: SessionOperations,
         config: UIConfig,
         clock: Callable[[], float] = time.time,
+        labels: TenantLabels | None = None,
     ) -> None:
         assert config.admin_key is not None  # the config refuses /ui without one
         self.ops = operations
+        self.labels = labels
         self.auth = AdminAuth(
             config.admin_key,
             operations.store.ui,
@@ -235,12 +238,20 @@ class Inspector:
         await self.auth.log_out(response, request)
         return response
 
+    async def _label(self, tenant: str) -> TenantLabel:
+        return await self.labels.label(tenant) if self.labels is not None else unnamed(tenant)
+
     # --- pages ---
 
     async def tenants(self, request: Request) -> Response:
         now = self.clock()
         found = await self.ops.tenants()
-        tenants = [{"id": t, "ago": present.ago(now - ts), "updated": ts} for t, ts in found]
+        named = await self.labels.labels() if self.labels is not None else {}
+        tenants = [
+            {"id": t, "label": named.get(t) or unnamed(t), "ago": present.ago(now - ts),
+             "updated": ts}
+            for t, ts in found
+        ]  # fmt: skip
         return _render("tenants.html", tenants=tenants)
 
     async def sessions(self, request: Request) -> Response:
@@ -251,8 +262,9 @@ class Inspector:
         now = self.clock()
         listed = await self.ops.sessions(tenant, search=search, limit=200)
         rows = [{**s.to_data(), "ago": present.ago(now - s.updated)} for s in listed]
+        label = await self._label(tenant)
         return _render(
-            "sessions.html", tenant=tenant, search=search or "", sessions=rows,
+            "sessions.html", tenant=tenant, label=label, search=search or "", sessions=rows,
             done=request.query_params.get("done"),
         )  # fmt: skip
 
@@ -263,7 +275,6 @@ class Inspector:
         receipts = await self.ops.receipts(keys)
         last = receipts[0]["receipt"] if receipts else None
         used = {
-            "window": set(last["window_indexes"]) if last else set(),
             "summaries": {(s["start"], s["end"]) for s in last["summaries"]} if last else set(),
             "pins": set(last["pins"]) if last else set(),
         }
@@ -279,6 +290,8 @@ class Inspector:
             bar=views.budget_bar(last) if last else [],
             recalled=await self.ops.recalled(keys, last) if last else [],
             used=used,
+            window_tags=views.window_tags(view["window"], last) if last else {},
+            label=await self._label(keys.tenant),
             done=request.query_params.get("done"),
             session_url=_session_url(keys),
             query=urlencode({"tenant": keys.tenant, "id": keys.session_id}),

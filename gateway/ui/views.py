@@ -102,3 +102,35 @@ def hit_rate(uses: Sequence[CacheUse]) -> HitRate | None:
     if not prompt:
         return None
     return HitRate(sum(u.cached or 0 for u in counted), prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    kind: str  # the CSS class: "sent" or "unsent"
+    text: str
+
+
+SENT = Tag("sent", "sent")
+NOT_SENT = Tag("unsent", "not sent last time")
+NEW = Tag("sent", "sent: new in the last request")
+ANSWER = Tag("sent", "the last request's answer")
+
+
+def window_tags(window: Sequence[dict[str, Any]], receipt: dict[str, Any]) -> dict[int, Tag]:
+    """What the last request did with each window message, by index. Its receipt lists
+    the stored messages it forwarded; its own new messages (the user's, tool results) had
+    no index yet, so they are the ones after every forwarded one, up to its answer: they
+    were sent, and the answer came back. A message after that answer (an import since)
+    has no tag: the last request never saw it."""
+    forwarded = set(receipt.get("window_indexes") or ())
+    newest = max(forwarded, default=0)
+    tags: dict[int, Tag] = {}
+    answered = False
+    for message in sorted(window, key=lambda m: int(m["index"])):
+        index = int(message["index"])
+        if index <= newest:
+            tags[index] = SENT if index in forwarded else NOT_SENT
+        elif not answered:
+            answered = message.get("role") == "assistant"
+            tags[index] = ANSWER if answered else NEW
+    return tags

@@ -122,6 +122,33 @@ def test_a_new_session_of_the_same_user_starts_with_the_last_sessions(
     first.http.close()
 
 
+def test_a_users_second_session_recalls_the_first_on_its_first_turn_without_an_end(
+    recall_gateway: Any, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    """mem0's promise: what the user said is there at once in their next conversation,
+    not only after the first one ends (``POST …/end`` or half an hour idle)."""
+    user = {"X-User-Id": "commuter-3"}
+    first = sdk(recall_gateway, api_key, session_id, **user)
+    say(first, "Hello!")
+    say(first, "My seat on the Lisbon flight is 14C, by the window.")
+    say(first, "And what is the weather like there?")
+    # Another user of the tenant, live too: never recalled for commuter-3.
+    say(sdk(recall_gateway, api_key, session_id + "-other", **{"X-User-Id": "other-9"}),
+        "My seat on the Lisbon flight is 31F.")  # fmt: skip
+
+    say(
+        sdk(recall_gateway, api_key, session_id + "-next", **user),
+        "Which seat is mine on the Lisbon flight?",
+    )
+    forwarded = fake_upstream.last_messages()[0]["content"]
+    assert "## From the user's earlier conversations: relevant excerpts" in forwarded
+    assert "user: My seat on the Lisbon flight is 14C, by the window." in forwarded
+    assert "31F" not in forwarded
+    http = httpx.Client(base_url=recall_gateway.url, headers={"Authorization": f"Bearer {api_key}"})
+    with http:  # nothing was ended to get there
+        assert http.get(f"/memory/sessions/{session_id}").json()["ended"] is False
+
+
 def test_an_idle_session_is_ended_when_the_user_starts_another(
     make_gateway: GatewayFactory, api_key: str, session_id: str
 ) -> None:

@@ -479,6 +479,22 @@ def test_gateway_errors_are_shown_with_their_type_and_status(run: Run, session_i
     assert code == 1 and "(not_found, HTTP 404)" in err
 
 
+def test_a_missing_or_refused_key_names_the_option_and_the_variable(
+    gateway: ServerThread, capsys: pytest.CaptureFixture[str], session_id: str
+) -> None:
+    """The command writes the Authorization header: its user gives a key with --api-key
+    or the environment, which is what the error names (issue 34)."""
+    for key in ([], ["--api-key", "EMPTY"]):
+        assert main(["inspect", session_id, "--url", gateway.url, *key]) == 1
+        err = capsys.readouterr().err
+        assert "the gateway needs an API key: pass --api-key KEY, or set " in err
+        assert "MEMORY_GATEWAY_API_KEY (or OPENAI_API_KEY)" in err
+        assert "Authorization" not in err
+    assert main(["sessions", "--url", gateway.url, "--api-key", "abcdefg"]) == 1
+    err = capsys.readouterr().err
+    assert "this API key is too short" in err and "pass --api-key KEY" in err
+
+
 def shows(out: str, name: str, value: object) -> bool:
     """Whether inspect's header says ``name  value``."""
     return re.search(rf"│ {re.escape(name)} +{re.escape(str(value))} +│", out) is not None

@@ -201,6 +201,51 @@ def test_pins_edited_deleted_session_ended_exported_and_erased_through_the_page(
     assert memory.http.get(memory.base).status_code == 404
 
 
+GATEWAY_KEY = "gw-key-alice-0123456789"
+
+
+def test_tenants_go_by_their_names_and_the_last_requests_message_was_sent(
+    make_gateway: GatewayFactory,
+    page: Page,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    """Issue 34: tenants were listed as bare hashes, and the newest user message was tagged
+    "not sent last time" (it had no index when its request was assembled)."""
+    keys = [{"key": GATEWAY_KEY, "tenant": "team-inspected", "name": "alice laptop"}]
+    keyed = make_gateway(
+        auth={"mode": "keys", "keys": keys}, ui={"enabled": True, "admin_key": ADMIN_KEY}
+    )
+    client = sdk(keyed, GATEWAY_KEY, session_id)
+    for line in CONVERSATION[:3]:
+        say(client, line)
+
+    log_in(page, keyed)
+    row = page.locator("#tenants tr[data-tenant]", has_text="team-inspected")
+    expect(row.locator("td").nth(0)).to_have_text("team-inspected")
+    expect(row.locator("td").nth(1)).to_have_text("alice laptop")
+    assert GATEWAY_KEY not in page.content()  # names, never the key
+    row.locator("a").click()
+    expect(page.locator("h1")).to_have_text("Sessions of team-inspected")
+    page.locator("#sessions a", has_text=session_id).click()
+    window = "#tier-window li[data-index]"
+    tags = page.locator(f"{window} .tag.sent, {window} .tag.unsent")
+    assert tags.all_inner_texts() == [
+        "sent", "sent", "sent", "sent", "sent: new in the last request",
+        "the last request's answer",
+    ]  # fmt: skip
+
+    # A client's own key (forward mode): its hash's first digits, never the key.
+    forward = make_gateway(ui={"enabled": True, "admin_key": ADMIN_KEY})
+    say(sdk(forward, api_key, session_id), "hello")
+    tenant = tenant_of(redis_server, api_key)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    listed = httpx.get(forward.url + "/ui", headers=admin).text
+    assert f'<a href="/ui/sessions?tenant={tenant}">client key {tenant[:12]}…</a>' in listed
+    assert api_key not in listed
+
+
 def test_the_inspector_is_off_unless_enabled_and_needs_the_admin_key(
     make_gateway: GatewayFactory, api_key: str, session_id: str
 ) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.config import Settings
+from gateway.memory.model import Message
 from gateway.store.link import MAX_QUEUED_S
 from gateway.wiring import Clients, build_clients
 
@@ -43,3 +44,21 @@ async def test_the_backgrounds_client_waits_out_a_blocking_read(clients: Clients
     # A blocking read per shard, and the jobs' own calls.
     assert pool_size == worker.job_shards + worker.concurrency * 2 + 4
     assert clients.job_store.client is not clients.store.client
+
+
+async def test_no_summarizer_model_means_extracts_and_no_model_call() -> None:
+    """``summarizer.model: null`` (a local single-slot server, whose summaries would queue
+    in front of every chat turn): every summary is a model-free extract, at once."""
+    settings = Settings.model_validate({"summarizer": {"model": None}})
+    made = build_clients(settings, "redis://127.0.0.1:1/0")
+    try:
+        assert made.summarizer.model is None
+        written = await made.summarizer.chunk([Message("user", "We fly to Lisbon on May 3.")])
+        assert "Lisbon" in written.text
+    finally:
+        await made.aclose()
+    default = build_clients(Settings(), "redis://127.0.0.1:1/0")
+    try:
+        assert default.summarizer.model is default.chat_model
+    finally:
+        await default.aclose()

@@ -159,8 +159,11 @@ class ChatRequest:
     messages: tuple[Message, ...]
     stream: bool
 
-    def forwarded(self, context: Sequence[dict[str, Any]]) -> bytes:
-        """The body to send upstream: the client's, with ``context`` as its messages."""
+    def forwarded(
+        self, context: Sequence[dict[str, Any]], resolved: frozenset[str] = frozenset()
+    ) -> bytes:
+        """The body to send upstream: the client's, with ``context`` as its messages
+        (chat has no item references: ``resolved`` is always empty)."""
         return codec.dumps({**self.body, "messages": chat_shaped(context)})
 
     def check_recorded(self, recorded: Sequence[Message]) -> None:

@@ -9,6 +9,10 @@ With memory on, the gateway's memory is the conversation: they are removed from 
 forwarded body (the upstream would otherwise add its own copy of the history to the
 context the gateway built) and the access line says so. ``store`` is forwarded as sent:
 it decides only whether the upstream keeps its own copy of the response.
+
+An ``item_reference`` to an answer memory recorded is resolved to memory's copy and not
+forwarded; one memory cannot resolve is forwarded as sent, for the upstream that stored
+the item to resolve (``memory.references``). One without an id is refused (400).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from gateway.dialects.responses.watch import ResponsesWatch, chat_usage
 from gateway.dialects.tool_names import check_responses_tools, name_error, recorded_bad_name
 from gateway.errors import InvalidRequest
 from gateway.memory.model import Message
+from gateway.memory.references import is_reference
 from gateway.observability import request_log
 
 # Fields that make the upstream add a conversation it holds to the context.
@@ -55,12 +60,22 @@ class ResponsesRequest:
     stream: bool
     passengers: tuple[tuple[Anchor | None, tuple[dict[str, Any], ...]], ...] = ()
 
-    def forwarded(self, context: Sequence[dict[str, Any]]) -> bytes:
+    def forwarded(
+        self, context: Sequence[dict[str, Any]], resolved: frozenset[str] = frozenset()
+    ) -> bytes:
+        """The body with ``context`` as its input, and the request's passengers but the
+        references memory ``resolved`` (its context holds those items)."""
         dropped = [name for name in UPSTREAM_HISTORY if self.body.get(name) is not None]
         if dropped:
             request_log.note(upstream_history_dropped=",".join(dropped))
         body = {k: v for k, v in self.body.items() if k not in UPSTREAM_HISTORY}
-        body["input"] = items_from_messages(context, self.passengers)
+        body["input"] = items = items_from_messages(context, self.passengers, resolved)
+        if self.passengers:
+            # References memory could not resolve, left to the upstream: the access line
+            # says how many (a 404 from the upstream then names one).
+            left = sum(1 for item in items if item.get("type") == "item_reference")
+            if left:
+                request_log.note(item_references_forwarded=left)
         return codec.dumps(body)
 
     def check_recorded(self, recorded: Sequence[Message]) -> None:
@@ -85,6 +100,17 @@ def _function_call_item(items: Any, call_id: Any) -> int | None:
         if kind == "function_call" and item.get("call_id") == call_id:
             return i
     return None
+
+
+def _between_references(messages: Sequence[Message]) -> list[list[Message]]:
+    """The runs of ``messages`` between references."""
+    runs: list[list[Message]] = [[]]
+    for message in messages:
+        if is_reference(message):
+            runs.append([])
+        else:
+            runs[-1].append(message)
+    return runs
 
 
 def _check_fields(body: dict[str, Any]) -> tuple[str, bool]:
@@ -121,6 +147,8 @@ def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesReque
     if not converted.messages:
         raise InvalidRequest("input must hold at least one message", param="input")
     for n, message in enumerate(converted.messages):
+        if is_reference(message):
+            continue  # no content until resolved (to a message stored already)
         # What is stored is held to the chat proxy's rules: a shape that passes here may
         # be sent again, through either API, on every later turn.
         try:
@@ -131,7 +159,10 @@ def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesReque
             raise InvalidRequest(f"{param}: {problem}", param=param) from None
     check_message_sizes([m.to_openai() for m in converted.messages], limits, converted.field)
     try:
-        check_tool_results(converted.messages, None)
+        # A reference may be a function call: what follows one is checked from there on,
+        # its outputs against memory once resolved (``check_turn_tool_results``).
+        for run in _between_references(converted.messages):
+            check_tool_results(run, None)
     except InvalidRequest:
         raise InvalidRequest(
             "input: a function_call_output answers no function_call of the items before it",

@@ -14,11 +14,20 @@ Consecutive function calls (parallel calls), and calls right after an assistant 
 make one assistant message, so a call and its output stay together as chat keeps them.
 
 Notes:
-    Items of other types (reasoning, item_reference, built-in tool calls, ...) have no
-    chat form: they are forwarded but never stored. Each travels with the message it
-    preceded in the request (its *anchor*) and goes out right before that message again
-    if the context still holds it; items after the last message go out at the end.
-    Content parts of a type the mapping does not know pass both ways unchanged.
+    Items of other types (reasoning, built-in tool calls, ...) have no chat form: they
+    are forwarded but never stored. Each travels with the message it preceded in the
+    request (its *anchor*) and goes out right before that message again if the context
+    still holds it; items after the last message go out at the end. Content parts of a
+    type the mapping does not know pass both ways unchanged.
+
+    An ``item_reference`` names an item the upstream stored, often an answer memory
+    recorded (the Vercel AI SDK sends its earlier answers so with ``store: true``). It is
+    both: a stand-in in the message list (``memory.references.reference``), which
+    reconciliation resolves to the stored answer's part when the item is one memory
+    recorded, and a passenger, forwarded only when it was not resolved (``forwarded``'s
+    ``resolved``). A stand-in is nobody's anchor and joins no call: what it stands for is
+    known only once the session is loaded (``memory.references.resolve`` joins then).
+    An answer's output item ids are kept with it (``message_from_output``).
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.memory.model import Message, content_text
+from gateway.memory.model import Message, OutputItem, content_text
+from gateway.memory.references import REFERENCE, reference
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 # Items that become messages; every other type is a passenger (forwarded, not stored).
@@ -205,6 +215,12 @@ def messages_from_input(value: Any) -> Converted:
         kind = _item_type(item)
         if not isinstance(kind, str):
             raise _invalid(f"{at}.type", "must be a string")
+        if kind == REFERENCE:
+            waiting.append(item)  # forwarded before the next message, unless resolved
+            messages.append(reference(_string(item, "id", at) or ""))
+            origins.append(i)
+            joinable = False
+            continue
         if kind not in STORED_TYPES:
             waiting.append(item)
             continue
@@ -309,12 +325,32 @@ def _items_of(message: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
+def _unresolved(
+    passengers: Sequence[tuple[Anchor | None, tuple[dict[str, Any], ...]]],
+    resolved: frozenset[str],
+) -> list[tuple[Anchor | None, tuple[dict[str, Any], ...]]]:
+    """The passengers less the references memory resolved (its context holds those)."""
+    kept = []
+    for anchor, items in passengers:
+        riders = tuple(
+            item
+            for item in items
+            if not (_item_type(item) == REFERENCE and item.get("id") in resolved)
+        )
+        kept.append((anchor, riders))
+    return kept
+
+
 def items_from_messages(
     messages: Sequence[dict[str, Any]],
     passengers: Sequence[tuple[Anchor | None, tuple[dict[str, Any], ...]]] = (),
+    resolved: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """A context of chat-format messages as Responses input items, with the request's
-    passengers before the messages they preceded (dropped if their message is not sent)."""
+    passengers before the messages they preceded (dropped if their message is not sent),
+    but for the references in ``resolved``."""
+    if resolved:
+        passengers = _unresolved(passengers, resolved)
     waiting = {anchor: items for anchor, items in passengers if anchor is not None}
     items: list[dict[str, Any]] = []
     for message in messages:
@@ -329,17 +365,31 @@ def items_from_messages(
     return items
 
 
+def _output_item(item: dict[str, Any]) -> OutputItem | None:
+    """An output item as the answer keeps it (``Message.output_items``), if it has an id."""
+    item_id, kind, call_id = item.get("id"), item.get("type"), item.get("call_id")
+    if not isinstance(item_id, str) or not item_id or not isinstance(kind, str):
+        return None
+    return item_id, kind, call_id if kind == "function_call" and isinstance(call_id, str) else ""
+
+
 def message_from_output(output: Any) -> Message | None:
     """A response's ``output`` as the assistant's message: its message items' text and
-    its function calls; None when it holds neither (or is no list)."""
+    its function calls, with the ids of all its items (a client's later
+    ``item_reference`` names one); None when it holds neither text nor calls (or is no
+    list)."""
     if not isinstance(output, list):
         return None
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    items: list[OutputItem] = []
     found = False
     for item in output:
         if not isinstance(item, dict):
             continue
+        kept = _output_item(item)
+        if kept is not None:
+            items.append(kept)
         kind = item.get("type")
         if kind == "message" and item.get("role", "assistant") == "assistant":
             found = True
@@ -364,4 +414,5 @@ def message_from_output(output: Any) -> Message | None:
         role="assistant",
         content=text if text or not calls else None,
         tool_calls=tuple(calls) or None,
+        output_items=tuple(items),
     )

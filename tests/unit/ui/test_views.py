@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gateway.ui.views import (
+    ANSWER,
+    NEW,
     CacheUse,
     HitRate,
     Segment,
@@ -10,6 +12,7 @@ from gateway.ui.views import (
     cache_use,
     hit_rate,
     index_range,
+    window_tags,
 )
 
 
@@ -60,3 +63,34 @@ def test_a_receipts_cache_numbers_and_the_hit_rate_over_those_the_upstream_repor
     rate = hit_rate(uses)  # the silent turn's prompt is not counted against the cache
     assert rate == HitRate(1536, 2000) and rate.percent == 76.8
     assert hit_rate(uses[1:]) is None and hit_rate([]) is None
+
+
+def window(*roles: str, first: int = 1) -> list[dict[str, object]]:
+    return [{"index": first + i, "role": role} for i, role in enumerate(roles)]
+
+
+def test_the_last_requests_own_message_is_sent_and_its_answer_is_the_answer() -> None:
+    """Issue 34: the newest user message was tagged "not sent last time": it had no index
+    when the request was assembled, so the receipt could not list it."""
+    shown = window("user", "assistant", "user", "assistant", "user", "assistant", first=5)
+    tags = window_tags(shown, {"window_indexes": [6, 7, 8]})
+    assert {i: t.text for i, t in tags.items()} == {
+        5: "not sent last time",
+        6: "sent",
+        7: "sent",
+        8: "sent",
+        9: "sent: new in the last request",
+        10: "the last request's answer",
+    }
+    assert tags[9].kind == tags[10].kind == "sent" and tags[5].kind == "unsent"
+
+
+def test_a_first_turn_and_messages_added_after_the_last_request() -> None:
+    # The session's first turn forwarded no stored message: its two are its own.
+    tags = window_tags(window("user", "assistant"), {"window_indexes": []})
+    assert [tags[1], tags[2]] == [NEW, ANSWER]
+    # A tool round and then messages imported since: the latter get no tag.
+    shown = window("user", "assistant", "tool", "assistant", "user", "assistant")
+    tags = window_tags(shown, {"window_indexes": [1, 2]})
+    assert [tags[3], tags[4]] == [NEW, ANSWER]
+    assert 5 not in tags and 6 not in tags

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gateway.dialects.chat.request import Limits
 from gateway.dialects.responses.dialect import RESPONSES, parse_responses_request
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.observability import request_log
 
 
 def parse(body: Any, limits: Limits | None = None) -> Any:
@@ -78,6 +79,11 @@ def test_the_forwarded_body_keeps_every_field_but_the_upstream_history() -> None
         ({"model": "m", "input": [{"role": "user", "content": "x"},
                                   {"type": "function_call_output", "call_id": "c",
                                    "output": "o"}]}, InvalidRequest, "input"),
+        # An item_reference names its item by id: nothing to resolve or forward without.
+        ({"model": "m", "input": [{"role": "user", "content": "x"},
+                                  {"type": "item_reference"}]}, InvalidRequest, "input.1.id"),
+        ({"model": "m", "input": [{"type": "item_reference", "id": 7}]}, InvalidRequest,
+         "input.0.id"),
         # Every byte of a part that is not text nor an image counts toward the cap: a
         # file's data, an audio clip (before: stored, and resent every turn after).
         ({"model": "m", "input": [{"role": "user", "content": [
@@ -181,3 +187,38 @@ def test_answered_function_calls_are_taken(items: list[dict[str, Any]]) -> None:
     request = parse({"model": "m", "input": items})
     calls = [call["id"] for m in request.messages for call in m.tool_calls or ()]
     assert calls == [item["call_id"] for item in items if item.get("type") == "function_call"]
+
+
+def test_a_function_call_output_may_answer_a_call_sent_by_reference() -> None:
+    # A reference may stand for the call: its output is checked once it is resolved.
+    request = parse({"model": "m", "input": [
+        {"role": "user", "content": "weather?"},
+        {"type": "item_reference", "id": "fc_1"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+    ]})  # fmt: skip
+    assert [m.role for m in request.messages] == ["user", "assistant", "tool"]
+
+
+def test_references_memory_resolved_are_not_forwarded_the_others_are() -> None:
+    known, unknown = {"type": "item_reference", "id": "msg_1"}, {"type": "item_reference",
+                                                                 "id": "msg_x"}  # fmt: skip
+    request = parse({"model": "m", "input": [
+        {"role": "user", "content": "q"}, known, unknown, {"role": "user", "content": "n"},
+    ]})  # fmt: skip
+    context = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},  # memory's copy of msg_1
+        {"role": "user", "content": "n"},
+    ]
+    entry, token = request_log.begin([], logged=True)
+    try:
+        items = json.loads(request.forwarded(context, frozenset({"msg_1"})))["input"]
+    finally:
+        request_log.end(token)
+    assert [i.get("role") or i["id"] for i in items] == ["user", "assistant", "msg_x", "user"]
+    assert entry.fields == {"item_references_forwarded": 1}  # on the access line
+    # Unresolved (a session that did not hold msg_1): both go, as the client sent them.
+    items = json.loads(request.forwarded(context))["input"]
+    assert [i.get("role") or i["id"] for i in items] == [
+        "user", "assistant", "msg_1", "msg_x", "user"
+    ]  # fmt: skip

@@ -29,6 +29,7 @@ FUNCTION_CALL = {
 }
 OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
+WEB_SEARCH = {"type": "web_search_call", "id": "ws_9", "status": "completed"}
 
 
 def chat(converted: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -118,7 +119,7 @@ def chat(converted: tuple[Message, ...]) -> list[dict[str, Any]]:
             [{"role": "tool", "content": [{"type": "text", "text": "x"}], "tool_call_id": "c"}],
         ),
         (
-            [REASONING, {"role": "user", "content": "hi"}, {"type": "item_reference", "id": "x"}],
+            [REASONING, {"role": "user", "content": "hi"}, WEB_SEARCH],
             [{"role": "user", "content": "hi"}],
         ),
     ],
@@ -220,7 +221,7 @@ def test_a_round_trip_keeps_what_memory_stores() -> None:
 
 
 def test_passengers_ride_before_their_message_and_trailing_ones_at_the_end() -> None:
-    trailing = {"type": "item_reference", "id": "msg_9"}
+    trailing = WEB_SEARCH
     value = [{"role": "user", "content": "weather?"}, REASONING, FUNCTION_CALL, OUTPUT, trailing]
     converted = messages_from_input(value)
     items = items_from_messages(chat(converted.messages), converted.passengers)
@@ -229,7 +230,7 @@ def test_passengers_ride_before_their_message_and_trailing_ones_at_the_end() -> 
         "reasoning",
         "function_call",
         "function_call_output",
-        "item_reference",
+        "web_search_call",
     ]
     # A passenger whose message is not in the context is not sent.
     items = items_from_messages(chat(converted.messages)[2:], converted.passengers)
@@ -249,10 +250,12 @@ def test_an_answer_from_output() -> None:
         },
         {**FUNCTION_CALL, "id": "fc_1", "status": "completed"},
     ]
+    # With the ids of all its items, which a later item_reference names.
+    items = (("rs_1", "reasoning", ""), ("fc_1", "function_call", "call_1"))
     assert message_from_output(output) == Message(
-        role="assistant", content="Hi no", tool_calls=(CALL,)
+        role="assistant", content="Hi no", tool_calls=(CALL,), output_items=items
     )
-    only_call = message_from_output([FUNCTION_CALL])
+    only_call = message_from_output([FUNCTION_CALL])  # (no id: none kept)
     assert only_call == Message(role="assistant", content=None, tool_calls=(CALL,))
     assert message_from_output([REASONING]) is None
     assert message_from_output("nope") is None
