@@ -170,6 +170,9 @@ def _shared_metrics_dir() -> Iterator[None]:
             del os.environ[MULTIPROC_ENV]
 
 
+WORKER_HEALTHCHECK_S = 30
+
+
 def _serve_workers(
     settings: Settings, config_file: str, host: str, port: int, workers: int
 ) -> None:
@@ -184,6 +187,10 @@ def _serve_workers(
             "gateway.cli:worker_app",
             factory=True,
             workers=workers,
+            # uvicorn kills and restarts a worker that does not answer its ping within
+            # this: at its default (5 s), workers still importing on a loaded machine were
+            # killed and restarted, again and again.
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
             **_server_options(settings, host, port),
         )
 
@@ -238,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also reach Redis (PING) and the upstream (GET /models); exit 1 if one fails",
     )
-    operator_commands.add_commands(commands)  # import, export, inspect, sessions
+    operator_commands.add_commands(commands)  # import, export, inspect, sessions, facts, search
     args = parser.parse_args(argv)
     if args.command in operator_commands.COMMANDS:
         return operator_commands.run(args)

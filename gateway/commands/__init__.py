@@ -1,4 +1,5 @@
-"""The operator commands: ``import``, ``export``, ``inspect`` and ``sessions``.
+"""The operator commands: ``import``, ``export``, ``inspect``, ``sessions``, ``facts`` and
+``search``.
 
 They are clients of a running gateway's memory API: tenancy, the memory policy and the
 embedded Redis all stay behind the gateway, and the API key picks the tenant as it does
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
     from gateway.commands.api_client import MemoryClient
 
-COMMANDS = frozenset({"import", "export", "inspect", "sessions"})
+COMMANDS = frozenset({"import", "export", "inspect", "sessions", "facts", "search"})
 _INTERRUPTED = 130
 
 
@@ -102,6 +103,30 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sessions.add_argument("--search", help="only sessions whose id contains this")
     sessions.add_argument("--limit", type=_positive, help="at most this many sessions")
 
+    facts = commands.add_parser(
+        "facts", parents=parent, help="list a session's durable facts; correct or delete one"
+    )
+    facts.add_argument("session", help="the session id")
+    facts.add_argument(
+        "--correct",
+        nargs=2,
+        metavar=("FACT_ID", "TEXT"),
+        help="replace a current fact's wording (the old one is kept, superseded)",
+    )
+    facts.add_argument("--delete", metavar="FACT_ID", help="delete a fact")
+    facts.add_argument("--json", action="store_true", help="print the raw JSON instead")
+
+    search = commands.add_parser(
+        "search", parents=parent, help="a session's or a user's memories that answer a query"
+    )
+    search.add_argument("query", help="what to look for")
+    search.add_argument("--session", help="search this session")
+    search.add_argument("--user", help="search this user's sessions")
+    search.add_argument(
+        "--limit", type=_positive, help="at most this many results (10; 50 at most)"
+    )
+    search.add_argument("--json", action="store_true", help="print the raw JSON instead")
+
 
 def run(args: argparse.Namespace) -> int:
     """Run an operator command; its exit status (errors are printed, not raised)."""
@@ -141,6 +166,10 @@ def _dispatch(args: argparse.Namespace, client: MemoryClient, out: Console, err:
         from gateway.commands.export import run_export
 
         return run_export(args, client, err)
+    if args.command in ("facts", "search"):
+        from gateway.commands.memories import run_facts, run_search
+
+        return (run_facts if args.command == "facts" else run_search)(args, client, out)
     from gateway.commands.show import run_inspect, run_sessions
 
     if args.command == "inspect":

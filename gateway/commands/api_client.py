@@ -203,6 +203,31 @@ class MemoryClient:
         receipts = data.get("receipts")
         return receipts if isinstance(receipts, list) else []
 
+    def facts(self, session_id: str) -> list[dict[str, Any]]:
+        facts = self._json("GET", session_path(session_id, "facts")).get("facts")
+        return facts if isinstance(facts, list) else []
+
+    def correct_fact(self, session_id: str, fact_id: str, text: str) -> dict[str, Any]:
+        path = session_path(session_id, "facts", quote(fact_id, safe=""))
+        return self._json("PATCH", path, json={"text": text})
+
+    def delete_fact(self, session_id: str, fact_id: str) -> None:
+        self.request("DELETE", session_path(session_id, "facts", quote(fact_id, safe="")))
+
+    def search(
+        self, query: str, *, session: str | None, user: str | None, limit: int | None
+    ) -> list[dict[str, Any]]:
+        """A session's memories for ``query`` (``session``), or a user's (``user``)."""
+        if session is not None:
+            path = session_path(session, "search")
+        else:
+            path = "/memory/users/" + quote(user or "", safe="") + "/search"
+        body: dict[str, Any] = {"query": query}
+        if limit is not None:
+            body["limit"] = limit
+        results = self._json("POST", path, json=body).get("results")
+        return results if isinstance(results, list) else []
+
     def sessions(self, search: str | None, limit: int | None) -> list[dict[str, Any]]:
         params: dict[str, str | int] = {}
         if search:

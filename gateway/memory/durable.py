@@ -15,6 +15,7 @@ Notes:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -114,10 +115,19 @@ def merge(facts: tuple[Fact, ...], found: Sequence[Found], keep: int) -> tuple[F
     for i, fact in enumerate(merged):
         if not fact.superseded:
             current_of.setdefault(fact.key, []).append(i)
+    # What a correction replaced, by key: found again (a job over the messages that said
+    # it, an edit's re-extraction), it does not come back over the correction.
+    replaced: dict[str, set[str]] = {}
+    fixed = corrected_keys(merged)
+    for fact in merged:
+        if fact.superseded and fact.key in fixed:
+            replaced.setdefault(fact.key, set()).add(normal(fact.text))
     for new in found:
         same = current_of.get(new.key, [])
         if any(normal(merged[i].text) == normal(new.text) for i in same):
             continue  # said again: nothing new
+        if normal(new.text) in replaced.get(new.key, ()):
+            continue  # what a correction replaced
         for i in same:
             merged[i] = replace(merged[i], superseded=True)
         current_of[new.key] = [len(merged)]
@@ -143,6 +153,47 @@ def union(fact_lists: Sequence[Sequence[str]], keep: int) -> list[str]:
     """Facts of several sessions, oldest session first: the newer wins per key."""
     found = [Found(key_of(text) or normal(text), text, 0) for texts in fact_lists for text in texts]
     return [fact.text for fact in current(merge((), found, keep=keep * 2))][-keep:]
+
+
+def corrected_keys(facts: Iterable[Fact]) -> frozenset[str]:
+    """The keys whose current fact is a correction."""
+    return frozenset(f.key for f in facts if f.corrected and not f.superseded)
+
+
+def fact_id(fact: Fact) -> str:
+    """A fact's id in the memory API: stable while the fact is stored (derived from what
+    it says and where it came from; a correction is a new fact, with a new id)."""
+    said = f"{fact.key}\x00{fact.text}\x00{fact.start}\x00{fact.end}\x00{fact.ts!r}"
+    return "fact_" + hashlib.sha256(said.encode()).hexdigest()[:16]
+
+
+def find(facts: Sequence[Fact], wanted: str) -> int | None:
+    """The position of the fact with id ``wanted``, if there is one."""
+    return next((i for i, fact in enumerate(facts) if fact_id(fact) == wanted), None)
+
+
+def correct(facts: tuple[Fact, ...], position: int, text: str, now: float) -> tuple[Fact, ...]:
+    """The facts with ``facts[position]`` replaced by ``text``: the old one superseded (kept
+    for the record), the correction current, on the same key and source messages so that
+    it takes the old one's place, and winning over the old wording found again."""
+    old = facts[position]
+    fixed = Fact(text[:MAX_FACT_CHARS], old.start, old.end, key=old.key or normal(old.text),
+                 ts=now, corrected=True)  # fmt: skip
+
+    def goes(i: int, fact: Fact) -> bool:
+        # Every current fact of the key (one, unless stored by an older version).
+        return i == position or (bool(old.key) and fact.key == old.key)
+
+    superseded = tuple(
+        replace(f, superseded=True) if goes(i, f) else f for i, f in enumerate(facts)
+    )
+    return (*superseded, fixed)
+
+
+def without(facts: tuple[Fact, ...], position: int) -> tuple[Fact, ...]:
+    """The facts without ``facts[position]`` (a fact the user wants gone is gone, not kept
+    superseded)."""
+    return facts[:position] + facts[position + 1 :]
 
 
 def current(facts: Iterable[Fact]) -> list[Fact]:

@@ -293,6 +293,9 @@ class Fact:
     superseded: bool = False
     fallback: bool = False  # read from the user's words without the model
     ts: float = 0.0  # when its last source message was said (0: unknown)
+    # Written through the memory API to replace a fact: what it replaced, found again
+    # in the messages, does not come back over it (``durable.merge``).
+    corrected: bool = False
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"text": self.text, "range": {"start": self.start, "end": self.end}}
@@ -304,6 +307,8 @@ class Fact:
             data["fallback"] = True
         if self.ts:
             data["ts"] = self.ts
+        if self.corrected:
+            data["corrected"] = True
         return data
 
     @classmethod
@@ -311,7 +316,8 @@ class Fact:
         span = data.get("range") or {}
         return cls(data["text"], span.get("start", 0), span.get("end", 0),
                    data.get("key", ""), bool(data.get("superseded", False)),
-                   bool(data.get("fallback", False)), float(data.get("ts", 0.0)))  # fmt: skip
+                   bool(data.get("fallback", False)), float(data.get("ts", 0.0)),
+                   bool(data.get("corrected", False)))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

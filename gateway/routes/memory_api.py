@@ -37,8 +37,10 @@ from gateway.dialects.tool_names import name_error, recorded_bad_name
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.memory.model import Message
 from gateway.routes.relay import read_body
-from gateway.routes.schemas import ImportBody, PinBody, PinEditBody
+from gateway.routes.schemas import FactEditBody, ImportBody, PinBody, PinEditBody, SearchBody
+from gateway.service.facts import FactEdits, fact_view
 from gateway.service.operations import SessionOperations
+from gateway.service.searching import Search
 from gateway.store.keys import SessionKeys, UserKeys
 
 # A tool call's results follow it directly: a short tail of the log shows which are open.
@@ -123,6 +125,8 @@ class MemoryAPI:
         self.store = operations.store
         self.auth = auth
         self.max_body_bytes = max_body_bytes
+        self.facts = FactEdits(operations.store, operations.clock)
+        self.searching = Search(operations.memory)
 
     def routes(self) -> list[Route]:
         base = "/memory/sessions/{sid}"
@@ -138,10 +142,15 @@ class MemoryAPI:
             Route(base + "/pins", self.add_pin, methods=["POST"]),
             Route(base + "/pins/{pin_id}", self.edit_pin, methods=["PATCH"]),
             Route(base + "/pins/{pin_id}", self.delete_pin, methods=["DELETE"]),
+            Route(base + "/facts", self.list_facts, methods=["GET"]),
+            Route(base + "/facts/{fact_id}", self.correct_fact, methods=["PATCH"]),
+            Route(base + "/facts/{fact_id}", self.delete_fact, methods=["DELETE"]),
+            Route(base + "/search", self.search_session, methods=["POST"]),
             Route(base + "/end", self.end, methods=["POST"]),
             Route(base + "/export", self.export, methods=["GET"]),
             Route("/memory/users/{uid}", self.get_user, methods=["GET"]),
             Route("/memory/users/{uid}", self.erase_user, methods=["DELETE"]),
+            Route("/memory/users/{uid}/search", self.search_user, methods=["POST"]),
         ]
 
     async def _caller(self, request: Request) -> Caller:
@@ -251,6 +260,36 @@ class MemoryAPI:
         await self.ops.delete_pin(await self._keys(request), request.path_params["pin_id"])
         return Response(status_code=204)
 
+    async def list_facts(self, request: Request) -> Response:
+        keys = await self._keys(request)
+        facts = await self.facts.facts(keys)
+        return JSONResponse({"facts": [fact_view(keys.session_id, f) for f in facts]})
+
+    async def correct_fact(self, request: Request) -> Response:
+        keys = await self._keys(request)
+        body, _ = parse_body(FactEditBody, await read_body(request, self.max_body_bytes))
+        fact = await self.facts.correct(keys, request.path_params["fact_id"], body.text)
+        return JSONResponse(fact_view(keys.session_id, fact))
+
+    async def delete_fact(self, request: Request) -> Response:
+        keys = await self._keys(request)
+        await self.facts.delete(keys, request.path_params["fact_id"])
+        return Response(status_code=204)
+
+    async def search_session(self, request: Request) -> Response:
+        keys = await self._keys(request)
+        body, _ = parse_body(SearchBody, await read_body(request, self.max_body_bytes))
+        await self.ops.existing(keys)
+        found = await self.searching.search(keys.tenant, [keys.session_id], body.query, body.limit)
+        return JSONResponse({"results": found})
+
+    async def search_user(self, request: Request) -> Response:
+        user = await self._user(request)
+        body, _ = parse_body(SearchBody, await read_body(request, self.max_body_bytes))
+        sessions = await self._user_sessions(user)
+        found = await self.searching.search(user.tenant, sessions, body.query, body.limit)
+        return JSONResponse({"results": found})
+
     async def end(self, request: Request) -> Response:
         return JSONResponse(await self.ops.end(await self._keys(request)))
 
@@ -274,10 +313,25 @@ class MemoryAPI:
 
     async def get_user(self, request: Request) -> Response:
         user = await self._user(request)
+        sessions = await self._user_sessions(user)
+        profile = await self.store.users.user_profile(user)
+        return JSONResponse(
+            {
+                "user_id": user.user_id,
+                "sessions": sessions,
+                "profile": {k: profile.get(k, d) for k, d in (("summary", ""), ("facts", []))}
+                if profile
+                else None,
+                "facts": await self.facts.user_facts(user, sessions),
+            }
+        )
+
+    async def _user_sessions(self, user: UserKeys) -> list[str]:
+        """The user's sessions (404 without any: unknown here, or another tenant's)."""
         sessions = await self.store.users.user_sessions(user)
         if not sessions:
             raise NotFound(f"user {user.user_id!r} not found", param="user_id")
-        return JSONResponse({"user_id": user.user_id, "sessions": sessions})
+        return sessions
 
     async def erase_user(self, request: Request) -> Response:
         user = await self._user(request)

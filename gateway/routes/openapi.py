@@ -29,7 +29,7 @@ Schema = dict[str, Any]
 _ERROR_TEXT = {
     "400": "invalid request (the envelope's param names the field)",
     "403": "user ids are not trusted in this configuration",
-    "404": "no such session, user or pin for this tenant",
+    "404": "no such session, user, pin or fact for this tenant",
     "413": "request body larger than server.max_body_bytes",
     "429": "the tenant's memory is at its quota",
     "502": "upstream unreachable",
@@ -67,6 +67,7 @@ _PATH_PARAMETERS = {
     "sid": _path_parameter("sid", _ID),
     "uid": _path_parameter("uid", _ID),
     "pin_id": _path_parameter("pin_id", {"type": "string"}),
+    "fact_id": _path_parameter("fact_id", {"type": "string"}),
 }
 
 
@@ -116,6 +117,16 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Change a pin's content or importance", s.Pin, ("404", "413", *_ANY),
         body=s.PinEditBody),
     (_SESSION + "/pins/{pin_id}", "delete"): Operation("Remove a pin", None, ("404", *_ANY)),
+    (_SESSION + "/facts", "get"): Operation(
+        "The session's durable facts, oldest first (superseded ones marked)", s.FactList,
+        ("404", *_ANY)),
+    (_SESSION + "/facts/{fact_id}", "patch"): Operation(
+        "Correct a fact: the old one is kept superseded, the correction is current",
+        s.StoredFact, ("404", "413", *_ANY), body=s.FactEditBody),
+    (_SESSION + "/facts/{fact_id}", "delete"): Operation("Delete a fact", None, ("404", *_ANY)),
+    (_SESSION + "/search", "post"): Operation(
+        "The session's memories (excerpts, facts, pins) that best answer a query",
+        s.SearchResults, ("404", "413", *_ANY), body=s.SearchBody),
     (_SESSION + "/end", "post"): Operation(
         "Close the session: pending jobs run, the final summary is kept", s.EndedSession,
         ("404", *_ANY)),
@@ -123,7 +134,11 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "The whole session, as JSON or Markdown", s.SessionExport, ("404", *_ANY),
         parameters=(_query("format", {"type": "string", "enum": ["json", "markdown"]}),),
         markdown=True),
-    ("/memory/users/{uid}", "get"): Operation("The user's sessions", s.User, ("403", "404", *_ANY)),
+    ("/memory/users/{uid}", "get"): Operation(
+        "The user's sessions, profile and current facts", s.User, ("403", "404", *_ANY)),
+    ("/memory/users/{uid}/search", "post"): Operation(
+        "The user's memories across their sessions that best answer a query",
+        s.SearchResults, ("403", "404", "413", *_ANY), body=s.SearchBody),
     ("/memory/users/{uid}", "delete"): Operation(
         "Erase the user and every session of theirs", None, ("403", "404", *_ANY)),
 }  # fmt: skip

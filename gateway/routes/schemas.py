@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from gateway.dialects.chat.request import Content, MessageShape
+from gateway.memory.durable import MAX_FACT_CHARS
 
 # Redis list indexes are signed 64-bit: a larger message index is an error there, not a miss.
 MAX_INDEX = 2**53
@@ -78,6 +79,17 @@ class PinBody(_Closed):
 class PinEditBody(_Closed):
     content: StrictStr | None = Field(default=None, min_length=1, max_length=4000)
     importance: float | None = Field(default=None, ge=0, le=1)
+
+
+class FactEditBody(_Closed):
+    """A correction: the fact's new wording (it replaces the old one, kept superseded)."""
+
+    text: StrictStr = Field(min_length=1, max_length=MAX_FACT_CHARS)
+
+
+class SearchBody(_Closed):
+    query: StrictStr = Field(min_length=1, max_length=4000)
+    limit: StrictInt = Field(default=10, ge=1, le=50)
 
 
 # --- what the gateway answers -----------------------------------------------------------
@@ -149,6 +161,7 @@ class Fact(_Closed):
     superseded: StrictBool = False
     fallback: StrictBool = False
     ts: Seconds = 0.0
+    corrected: StrictBool = False  # written through the memory API to replace a fact
 
 
 class Pin(_Closed):
@@ -260,6 +273,42 @@ class ReceiptList(_Closed):
     receipts: list[StoredReceipt]
 
 
+class StoredFact(Fact):
+    """A fact as the memory API lists it: its id (for a correction or a deletion), its
+    session, and when it was said (ISO 8601, UTC; absent when unknown)."""
+
+    id: StrictStr
+    session_id: StrictStr
+    date: StrictStr = Field("", json_schema_extra={"format": "date-time"})
+
+
+class FactList(_Closed):
+    facts: list[StoredFact]
+
+
+class Profile(_Closed):
+    """What the user's last ended sessions made: a summary and the facts that held."""
+
+    summary: StrictStr
+    facts: list[StrictStr]
+
+
 class User(_Closed):
     user_id: StrictStr
     sessions: list[StrictStr]
+    profile: Profile | None  # None before the first of their sessions ended
+    facts: list[StoredFact]  # the current facts of each of their sessions, newest first
+
+
+class SearchResult(_Closed):
+    kind: Literal["excerpt", "fact", "pin"]
+    session_id: StrictStr
+    id: StrictInt | StrictStr  # a message's index, a fact's id, a pin's id
+    text: StrictStr
+    ts: Seconds | None  # when it was said (a pin: made); None when unknown
+    date: StrictStr | None = Field(json_schema_extra={"format": "date-time"})
+    score: Seconds  # recall's fused score: higher is better
+
+
+class SearchResults(_Closed):
+    results: list[SearchResult]

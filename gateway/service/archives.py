@@ -164,6 +164,13 @@ class Archives:
         """The messages' terms for recall: off the loop for long messages."""
         return await offload.sized(text_size(messages), index_messages, messages)
 
+    async def current(self, keys: SessionKeys, tier: RecallTier) -> Archive:
+        """The session's archive as stored now, outside a turn (a search of the memory
+        API): what the process holds, brought up to date, or read."""
+        generation, count, _, _ = await self.store.archive_page(keys, 0, -1, vectors=False)
+        log = LogSlice(generation, count, count, False, (), ())
+        return await self.archive(keys, log, self.cache.get(keys), tier)
+
     async def elsewhere(
         self, keys: SessionKeys, user: UserKeys | None, loaded: Loaded, tier: RecallTier
     ) -> dict[SessionKeys, Archive]:

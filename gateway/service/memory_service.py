@@ -97,6 +97,11 @@ class MemoryService:
         # Holds given back in the background, kept here until done (not garbage-collected).
         self._giving_back: set[asyncio.Future[None]] = set()
 
+    @property
+    def held(self) -> Archives:
+        """The sessions' archives for recall (the memory API's search reads them too)."""
+        return self._held
+
     async def prepare(
         self,
         identity: Identity,

@@ -151,6 +151,12 @@ class UserStore(Protocol):
 
     async def forget_user_session(self, user: UserKeys, session_id: str) -> None: ...
 
+    async def user_profile(self, user: UserKeys) -> dict[str, Any] | None: ...
+
+    async def rewrite_fact(
+        self, user: UserKeys, session_id: str, old: str, new: str | None
+    ) -> None: ...
+
 
 class JobStream(Protocol):
     """The job stream as its consumer reads it: the shards' notices, through the workers'

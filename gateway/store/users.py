@@ -98,6 +98,44 @@ class Users:
             commands.append(("DEL", user.profile))
         await self._calls.execute(commands, op=op)
 
+    async def user_profile(self, user: UserKeys) -> dict[str, Any] | None:
+        """The profile the user's last ended sessions made (None before the first end)."""
+        (raw,) = await self._calls.execute([("GET", user.profile)], op="user_profile")
+        return dict(json.loads(raw)) if raw else None
+
+    async def rewrite_fact(
+        self, user: UserKeys, session_id: str, old: str, new: str | None
+    ) -> None:
+        """A fact of an ended session, corrected (``new``) or deleted (None) in the user's
+        history and profile too, which were made from it: the profile would otherwise
+        bring the old wording back into the user's next sessions. (Not atomic with the
+        session's tiers: an end writing the profile meanwhile may keep the old wording,
+        until the next end, which reads the corrected tiers.)"""
+        op = "rewrite_fact"
+        history, profile = await self._calls.execute(
+            [("LRANGE", user.history, 0, -1), ("GET", user.profile)], op=op
+        )
+        commands: list[Command] = []
+        for raw in history:
+            entry = json.loads(raw)
+            if entry.get("session_id") != session_id or old not in entry.get("facts", ()):
+                continue
+            entry["facts"] = _replaced(entry["facts"], old, new)
+            commands.append(("LSET", user.history, history.index(raw), json.dumps(entry)))
+        if profile:
+            data = json.loads(profile)
+            if old in data.get("facts", ()):
+                data["facts"] = _replaced(data["facts"], old, new)
+                commands.append(("SET", user.profile, json.dumps(data), "KEEPTTL"))
+        if commands:
+            await self._calls.execute(commands, op=op)
+
     async def user_sessions(self, user: UserKeys) -> list[str]:
         (raw,) = await self._calls.execute([("SMEMBERS", user.sessions)], op="user_sessions")
         return sorted(item.decode() for item in raw)
+
+
+def _replaced(texts: list[str], old: str, new: str | None) -> list[str]:
+    if new is None:
+        return [text for text in texts if text != old]
+    return [new if text == old else text for text in texts]

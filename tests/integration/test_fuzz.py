@@ -148,7 +148,7 @@ def test_memory_api_under_schemathesis(fuzz_target: tuple[ServerThread, RedisPro
             one()
 
     print(tally.report("schemathesis, memory API"), file=sys.stderr)
-    assert len(operations) == 15
+    assert len(operations) == 20
     assert max(tally.statuses) < 500
     assert any(s < 300 for s in tally.statuses) and any(400 <= s < 500 for s in tally.statuses)
     assert_no_garbage(redis, tally.accepted)

@@ -109,6 +109,15 @@ def test_every_memory_api_answer_matches_its_model(
     api.call("get", SESSION + "/export", params={"format": "markdown"})
     api.call("post", SESSION + "/end")
     api.call("get", "/memory/users/{uid}", ids={"uid": "user-1"})
+    facts = [f for f in api.call("get", SESSION + "/facts")["facts"] if not f.get("superseded")]
+    fact = {"fact_id": facts[-1]["id"] if facts else "fact_none"}
+    status = 200 if facts else 404  # (a preset without facts: the 404 is documented)
+    fixed = api.call("patch", SESSION + "/facts/{fact_id}", status, ids=fact, json={"text": "ok"})
+    fact = {"fact_id": fixed["id"]} if facts else fact
+    api.call("delete", SESSION + "/facts/{fact_id}", 204 if facts else 404, ids=fact)
+    assert api.call("post", SESSION + "/search", json={"query": "where does Ada live?"})["results"]
+    api.call("post", "/memory/users/{uid}/search", ids={"uid": "user-1"}, json={"query": "Paris"})
+    api.call("post", SESSION + "/search", 400, json={"query": "Paris", "limit": 0})
     api.call("delete", SESSION + "/pins/{pin_id}", 204, ids={"pin_id": pin["id"]})
     # Errors answer the envelope, as documented.
     api.call("delete", SESSION + "/pins/{pin_id}", 404, ids={"pin_id": pin["id"]})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from gateway.memory import durable
 from gateway.memory.durable import Found, current, extract, key_of, keyed, merge, union
-from gateway.memory.model import Message
+from gateway.memory.model import Fact, Message
 
 
 @pytest.mark.parametrize(
@@ -63,3 +66,36 @@ def test_keyed_model_facts_and_union_across_sessions() -> None:
     ]
     older, newer = ["My seat is 3B.", "I prefer tea."], ["My seat is 7F."]
     assert union([older, newer], keep=10) == ["I prefer tea.", "My seat is 7F."]
+
+
+# --- Facts corrected and deleted through the memory API ----------------------------------
+
+
+def test_a_correction_supersedes_the_fact_and_keeps_its_key_and_sources() -> None:
+    facts = durable.merge((), [durable.Found("seat", "My seat is 42B.", 3, 1, ts=5.0)], keep=10)
+    (old,) = facts
+    fixed = durable.correct(facts, 0, "My seat is 17C.", now=9.0)
+    assert fixed[0] == replace(old, superseded=True)
+    assert fixed[1] == Fact("My seat is 17C.", 1, 3, key="seat", ts=9.0, corrected=True)
+    assert durable.fact_id(fixed[1]) != durable.fact_id(old)
+    assert durable.find(fixed, durable.fact_id(old)) == 0
+    assert Fact.from_data(fixed[1].to_data()) == fixed[1]  # stored and read back
+
+
+def test_what_a_correction_replaced_does_not_come_back_but_a_new_value_does() -> None:
+    facts = durable.merge((), [durable.Found("seat", "My seat is 42B.", 3)], keep=10)
+    fixed = durable.correct(facts, 0, "My seat is 17C.", now=9.0)
+    again = durable.merge(fixed, [durable.Found("seat", "my seat is 42B", 8)], keep=10)
+    assert [f.text for f in durable.current(again)] == ["My seat is 17C."]
+    newer = durable.merge(fixed, [durable.Found("seat", "My seat is 3A.", 8)], keep=10)
+    assert [f.text for f in durable.current(newer)] == ["My seat is 3A."]
+
+
+def test_a_deleted_fact_is_gone_not_superseded() -> None:
+    found = [
+        durable.Found("seat", "My seat is 42B.", 3),
+        durable.Found("lives", "I live in Lyon", 4),
+    ]
+    facts = durable.merge((), found, keep=10)
+    assert [f.text for f in durable.without(facts, 0)] == ["I live in Lyon"]
+    assert durable.find(facts, "fact_unknown") is None
