@@ -6,15 +6,13 @@ messages once, and send upstream each earlier message once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import openai
 import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, TResponseInputItem, function_tool
 
 from devsupport.fake_upstream import FakeUpstream
-from devsupport.servers import RedisProcess, ServerThread
+from devsupport.servers import RedisProcess
 from devsupport.stored import stored_log
 from gateway.memory.model import content_text
 from tests.support.clients import register_content
@@ -24,18 +22,6 @@ ANSWERS = ["ack: my favourite colour is teal", "ack: my cat is called Miso",
            "Your favourite colour is teal."]  # fmt: skip
 # Nothing leaves for OpenAI's trace exporter.
 NO_TRACES = RunConfig(tracing_disabled=True)
-
-
-@pytest.fixture
-async def client(gateway: ServerThread, api_key: str, session_id: str) -> AsyncIterator[Any]:
-    opened = openai.AsyncOpenAI(
-        base_url=gateway.url + "/v1",
-        api_key=api_key,
-        default_headers={"X-Session-Id": session_id},
-        max_retries=0,
-    )
-    yield opened
-    await opened.close()
 
 
 def agent(client: Any, model: str = "fake-model", **fields: Any) -> Agent[Any]:
@@ -67,14 +53,14 @@ def forwarded_texts(fake: FakeUpstream) -> list[list[str]]:
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_resent_input_list_is_stored_once(
-    client: Any,
+    async_openai: Any,
     fake_upstream: FakeUpstream,
     redis_server: RedisProcess,
     api_key: str,
     session_id: str,
     stream: bool,
 ) -> None:
-    assistant = agent(client)
+    assistant = agent(async_openai)
     history: list[TResponseInputItem] = []
     for question in QUESTIONS:
         history.append({"role": "user", "content": register_content(question)})
@@ -99,18 +85,18 @@ def get_weather(city: str) -> str:
 
 
 async def test_function_calls_resent_with_their_ids_line_up(
-    client: Any, redis_server: RedisProcess, api_key: str, session_id: str
+    async_openai: Any, redis_server: RedisProcess, api_key: str, session_id: str
 ) -> None:
     # tool-caller calls get_weather, then answers from its output (its calls are all
     # call_1: one turn of it, the later ones of fake-model).
-    weather = agent(client, "tool-caller", tools=[get_weather])
+    weather = agent(async_openai, "tool-caller", tools=[get_weather])
     history: list[TResponseInputItem] = [
         {"role": "user", "content": register_content("weather in Paris?")}
     ]
     history = (await run(weather, history, stream=False)).to_input_list()
     for question in QUESTIONS[:2]:
         history.append({"role": "user", "content": register_content(question)})
-        history = (await run(agent(client), history, stream=True)).to_input_list()
+        history = (await run(agent(async_openai), history, stream=True)).to_input_list()
     calls = [item for item in history if item.get("type") == "function_call"]
     assert len(calls) == 1 and str(calls[0].get("id")).startswith("fc_")
     log = stored_log(redis_server, api_key, session_id)

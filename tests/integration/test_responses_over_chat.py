@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -169,23 +169,11 @@ def test_native_passes_the_upstreams_404_as_before(
     assert chat_requests(fake_upstream) == []
 
 
-@pytest.fixture
-async def client(gateway: ServerThread, api_key: str, session_id: str) -> AsyncIterator[Any]:
-    opened = openai.AsyncOpenAI(
-        base_url=gateway.url + "/v1",
-        api_key=api_key,
-        default_headers={"X-Session-Id": session_id},
-        max_retries=0,
-    )
-    yield opened
-    await opened.close()
-
-
 @pytest.mark.parametrize("stream", [False, True])
 async def test_the_agents_sdk_runs_three_turns_over_chat(
-    client: Any, redis_server: RedisProcess, api_key: str, session_id: str, stream: bool
+    async_openai: Any, redis_server: RedisProcess, api_key: str, session_id: str, stream: bool
 ) -> None:
-    assistant = agent(client)  # OpenAIResponsesModel, against the default (auto) gateway
+    assistant = agent(async_openai)  # OpenAIResponsesModel, against the default (auto) gateway
     history: list[TResponseInputItem] = []
     for question in QUESTIONS:
         history.append({"role": "user", "content": register_content(question)})
@@ -199,9 +187,9 @@ async def test_the_agents_sdk_runs_three_turns_over_chat(
 
 
 async def test_the_agents_sdk_calls_a_function_tool_over_chat(
-    client: Any, redis_server: RedisProcess, api_key: str, session_id: str
+    async_openai: Any, redis_server: RedisProcess, api_key: str, session_id: str
 ) -> None:
-    weather = agent(client, "tool-caller", tools=[get_weather])
+    weather = agent(async_openai, "tool-caller", tools=[get_weather])
     history: list[TResponseInputItem] = [
         {"role": "user", "content": register_content("weather in Paris?")}
     ]

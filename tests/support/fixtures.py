@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import openai
 import pytest
 
 from devsupport.cluster import RedisCluster
@@ -313,6 +314,22 @@ def _close_clients() -> Iterator[None]:
 def memory_for(api_key: str, session_id: str) -> Callable[[ServerThread], Memory]:
     """The memory API of this test's session on a given gateway."""
     return lambda gateway: Memory(gateway, api_key, session_id)
+
+
+@pytest.fixture
+async def async_openai(
+    gateway: ServerThread, api_key: str, session_id: str
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The async OpenAI SDK on this test's gateway (its module's, if it has its own) and
+    session, without retries: what failed shows (the Agents SDK runs on it)."""
+    opened = openai.AsyncOpenAI(
+        base_url=gateway.url + "/v1",
+        api_key=api_key,
+        default_headers={"X-Session-Id": session_id},
+        max_retries=0,
+    )
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture
