@@ -8,7 +8,6 @@ Text from the conversation is rendered as plain text, never as rich markup.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.console import Console
@@ -17,6 +16,7 @@ from rich.text import Text
 
 from gateway.commands.api_client import MemoryClient
 from gateway.commands.failures import UsageError
+from gateway.commands.show import print_json
 
 
 def run_facts(args: argparse.Namespace, client: MemoryClient, out: Console) -> int:
@@ -33,7 +33,7 @@ def run_facts(args: argparse.Namespace, client: MemoryClient, out: Console) -> i
         return 0
     facts = client.facts(args.session)
     if args.json:
-        out.print(json.dumps({"facts": facts}, indent=2, ensure_ascii=False), soft_wrap=True)
+        print_json(out, {"facts": facts})
         return 0
     if not facts:
         out.print("no facts")
@@ -62,7 +62,7 @@ def run_search(args: argparse.Namespace, client: MemoryClient, out: Console) -> 
         raise UsageError("search needs --session or --user (one of them)")
     results = client.search(args.query, session=args.session, user=args.user, limit=args.limit)
     if args.json:
-        out.print(json.dumps({"results": results}, indent=2, ensure_ascii=False), soft_wrap=True)
+        print_json(out, {"results": results})
         return 0
     if not results:
         out.print("nothing found")

@@ -31,8 +31,7 @@ def run_inspect(args: argparse.Namespace, client: MemoryClient, out: Console) ->
     receipts = client.receipts(args.session)
     last = receipts[0] if receipts else None
     if args.json:
-        document = {**state, "last_receipt": last}
-        out.print(json.dumps(document, indent=2, ensure_ascii=False), soft_wrap=True)
+        print_json(out, {**state, "last_receipt": last})
         return 0
     out.print(header(state))
     empty: list[str] = []
@@ -90,6 +89,11 @@ def run_sessions(args: argparse.Namespace, client: MemoryClient, out: Console) -
     more = " (the limit: --limit shows more)" if args.limit and len(sessions) >= args.limit else ""
     out.print(f"{len(sessions)} session{'s' if len(sessions) != 1 else ''}{more}")
     return 0
+
+
+def print_json(out: Console, document: Any) -> None:
+    """``--json``: the memory API's answer as it came, indented, never wrapped or styled."""
+    out.print(json.dumps(document, indent=2, ensure_ascii=False), soft_wrap=True)
 
 
 def header(state: dict[str, Any]) -> Panel:

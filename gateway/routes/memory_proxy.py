@@ -17,7 +17,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import codec
 from gateway.auth.authenticator import Authenticator, Caller
 from gateway.auth.identity import MemoryMode, header_id, memory_mode
 from gateway.config import Settings
@@ -39,7 +38,7 @@ from gateway.routes.relay import (
     streamed,
     unless_client_leaves,
 )
-from gateway.service.replies import close_quietly, read_whole
+from gateway.service.replies import close_quietly, parsed, read_whole
 from gateway.service.turn import Turn
 from gateway.service.turn_service import AsSent, Forwarded, TurnService
 from gateway.upstream.client import Upstream, UpstreamResponse
@@ -199,10 +198,7 @@ class MemoryProxy:
         extra = _status(headers, "not_recorded")
         if upstream.status_code in (200, 401):  # (a refusal read already is a 400)
             self._judged(request, upstream.status_code)
-            try:
-                completion = codec.loads(raw)
-            except ValueError:
-                completion = None
+            completion = await parsed(raw)
             answer, usage = self.dialect.answer(completion), self.dialect.usage(completion)
             if upstream.status_code == 200 and answer is not None:
                 stored = await self.turns.record(turn, answer, usage)

@@ -24,7 +24,7 @@ from gateway.dialects.responses.over_chat import (
     response_from_completion,
 )
 from gateway.observability import request_log
-from gateway.service.replies import read_whole
+from gateway.service.replies import parsed, read_whole
 from gateway.upstream.client import Upstream, UpstreamResponse
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,7 @@ class ChatBackedReply(UpstreamResponse):
         created = int(time.time())
         if not self._stream:
             raw = b"".join([chunk async for chunk in self._reply.iter_body(decoded=True)])
-            try:
-                completion = codec.loads(raw)
-            except ValueError:
-                completion = None
+            completion = await parsed(raw)
             response = response_from_completion(completion, self._request, created_at=created)
             yield codec.dumps(response)
             return

@@ -189,13 +189,10 @@ class Archives:
         found = {}
         for session in sessions:
             log = loaded.peers.get(session)
-            if log is None:  # not prefetched: its length and generation first
-                generation, count, _, _ = await self.store.archive_page(
-                    session, 0, -1, vectors=False
-                )
-                log = LogSlice(generation, count, count, False, (), ())
-            held = self.cache.get(session)
-            found[session] = await self.archive(session, log, held, tier)
+            if log is None:  # not prefetched: as stored now
+                found[session] = await self.current(session, tier)
+            else:
+                found[session] = await self.archive(session, log, self.cache.get(session), tier)
         return found
 
     async def grown(

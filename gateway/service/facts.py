@@ -45,7 +45,7 @@ class FactEdits:
 
     async def facts(self, keys: SessionKeys) -> tuple[Fact, ...]:
         """The session's facts, oldest first (404 without the session)."""
-        exists, tiers, _ = await self.store.sessions.job_state(keys)
+        exists, tiers = await self.store.sessions.tiers(keys)
         if not exists:
             raise NotFound(f"session {keys.session_id!r} not found", param="session_id")
         return tiers.facts
@@ -53,10 +53,10 @@ class FactEdits:
     async def user_facts(self, user: UserKeys, sessions: Sequence[str]) -> list[dict[str, Any]]:
         """The current facts of each of the user's sessions, newest first."""
         keys = [SessionKeys(user.tenant, sid) for sid in sessions]
-        states = await asyncio.gather(*(self.store.sessions.job_state(k) for k in keys))
+        states = await asyncio.gather(*(self.store.sessions.tiers(k) for k in keys))
         found = [
             (fact, k.session_id)
-            for k, (_, tiers, _) in zip(keys, states, strict=True)
+            for k, (_, tiers) in zip(keys, states, strict=True)
             for fact in durable.current(tiers.facts)
         ]
         found.sort(key=lambda pair: -pair[0].ts)  # (stable: a session's order kept)
@@ -93,7 +93,7 @@ class FactEdits:
         """Apply ``change`` to the session's facts by compare-and-set (read again when a
         job wrote first): the fact changed, and the facts written."""
         for _ in range(CAS_ATTEMPTS):
-            exists, tiers, _ = await self.store.sessions.job_state(keys)
+            exists, tiers = await self.store.sessions.tiers(keys)
             if not exists:
                 raise NotFound(f"session {keys.session_id!r} not found", param="session_id")
             position = durable.find(tiers.facts, fact_id)

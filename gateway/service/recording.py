@@ -206,7 +206,7 @@ class Recorder:
         if self.composition.facts is None:
             return
         for _ in range(RECORD_ATTEMPTS):
-            exists, tiers, _ = await self.store.sessions.job_state(keys)
+            exists, tiers = await self.store.sessions.tiers(keys)
             fixed = facts_after_branch(tiers, kept, count) if exists else None
             if fixed is None:
                 return

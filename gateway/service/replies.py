@@ -3,10 +3,11 @@ as the gateway's errors."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 
+from gateway import codec, offload
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from gateway.upstream.body import UpstreamResponseTooLarge, UpstreamStreamBroken
 
@@ -40,3 +41,17 @@ async def read_whole(reply: Reply) -> bytes:
         raise UpstreamUnreachable(str(error)) from None
     finally:
         await close_quietly(reply)
+
+
+async def parsed(raw: bytes) -> Any:
+    """A whole answer's JSON (None: not JSON), parsed in the heavy-work pool when it is
+    large: an upstream may answer up to ``upstream.max_response_bytes``, and the other
+    clients' requests would wait out its parse."""
+    return await offload.sized(len(raw), _loads_or_none, raw)
+
+
+def _loads_or_none(raw: bytes) -> Any:
+    try:
+        return codec.loads(raw)
+    except ValueError:
+        return None

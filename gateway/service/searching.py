@@ -113,9 +113,8 @@ class Search:
         )
         out = []
         for hit in hits:
-            found = recall.with_lead_in(archives[hit.source], hit.index)
-            if found is not None:
-                message = found[0]
+            message = archives[hit.source].message(hit.index)
+            if message is not None:
                 sid = keys[hit.source].session_id
                 out.append(
                     result("excerpt", sid, message.index, message.text, message.ts, hit.score)

@@ -264,7 +264,7 @@ class JobRunner:
         user_id = meta.get("user_id")
         cross = self.composition.cross_session
         if user_id and cross is not None:
-            _, tiers, _ = await self.store.sessions.job_state(keys)
+            _, tiers = await self.store.sessions.tiers(keys)
             user = UserKeys(keys.tenant, user_id)
             history = await self.store.users.user_history(user)
             count, recent = await self.store.sessions.tail(keys, 10)

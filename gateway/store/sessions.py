@@ -406,6 +406,14 @@ class Sessions:
         )
         return bool(exists), Tiers.from_json(tiers), jobs
 
+    async def tiers(self, keys: SessionKeys) -> tuple[bool, Tiers]:
+        """Whether the session exists, and its tiers: what an edit of them reads (no job is
+        read, however many are pending)."""
+        exists, tiers = await self._calls.execute(
+            [("EXISTS", keys.meta), ("GET", keys.tiers)], op="tiers"
+        )
+        return bool(exists), Tiers.from_json(tiers)
+
     async def job_view(self, keys: SessionKeys, job_id: str) -> tuple[bool, Tiers, Pending | None]:
         """Whether the session exists, its tiers, and job ``job_id`` if it is still
         pending: what a job's run reads, at the same cost however many jobs are pending."""

@@ -53,6 +53,7 @@ class UnusedSessions:
     usage = unused("sessions.usage")
     branches = unused("sessions.branches")
     job_state = unused("sessions.job_state")
+    tiers = unused("sessions.tiers")
     job_view = unused("sessions.job_view")
     write_tiers = unused("sessions.write_tiers")
     add_pin = unused("sessions.add_pin")
