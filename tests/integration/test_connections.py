@@ -133,13 +133,16 @@ async def one_link(redis_server: RedisProcess) -> AsyncIterator[Connections]:
 async def test_a_call_queued_behind_calls_redis_keeps_answering_waits_past_its_deadline(
     one_link: Connections,
 ) -> None:
-    ahead = [asyncio.ensure_future(one_link.execute([busy(40_000)])) for _ in range(4)]
+    # 10 ms of work each, 160 ms in all: an answer every 10 ms, five to each of the call's
+    # 50 ms deadlines (at 40 ms each, one answer late on a loaded machine, Redis silent
+    # 56 ms, ended the wait).
+    ahead = [asyncio.ensure_future(one_link.execute([busy(10_000)])) for _ in range(16)]
     await asyncio.sleep(0)  # written first
     loop = asyncio.get_running_loop()
     start = loop.time()
     assert await one_link.execute([("PING",)], timeout_s=0.05) == [b"PONG"]
     assert loop.time() - start >= 0.15  # three times its deadline, answered all along
-    assert await asyncio.gather(*ahead) == [[1]] * 4
+    assert await asyncio.gather(*ahead) == [[1]] * 16
 
 
 async def test_a_call_on_a_silent_redis_times_out_at_its_deadline(one_link: Connections) -> None:
