@@ -9,6 +9,8 @@ only if the gateway really forwarded the remembered message. Models:
     slow-stream   text deltas 0.3 s apart
     error-500     500 with an OpenAI error body, streamed or not
     fail-stream   the stream ends with response.failed (no response.completed)
+    cut-short     answers as fake-model, but ``incomplete`` (max_output_tokens), streamed
+                  (``response.incomplete``) or not
     cached-prompt answers as fake-model; its usage says CACHED_TOKENS of the input came
                   from the prompt cache (the others say 0)
 
@@ -79,12 +81,16 @@ def response_object(
         "temperature": 1.0,
         "top_p": 1.0,
         "error": None,
-        "incomplete_details": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "metadata": {},
         "previous_response_id": body.get("previous_response_id"),
         "store": body.get("store", True),
         "usage": _usage(body.get("model")) if status == "completed" else None,
     }
+
+
+def _final_status(body: dict[str, Any]) -> str:
+    return "incomplete" if body.get("model") == "cut-short" else "completed"
 
 
 def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -170,7 +176,7 @@ def refusal(body: dict[str, Any], messages: list[dict[str, Any]]) -> Response | 
 
 
 def complete(response_id: str, body: dict[str, Any], output: list[dict[str, Any]]) -> Response:
-    return JSONResponse(response_object(response_id, body, output, "completed"))
+    return JSONResponse(response_object(response_id, body, output, _final_status(body)))
 
 
 def _event(kind: str, number: int, **fields: Any) -> bytes:
@@ -254,6 +260,7 @@ async def stream_events(
         failed["error"] = {"code": "server_error", "message": "the model failed"}
         yield event("response.failed", response=failed)
     else:
-        completed = response_object(response_id, body, output, "completed")
-        yield event("response.completed", response=completed)
+        status = _final_status(body)
+        final = response_object(response_id, body, output, status)
+        yield event(f"response.{status}", response=final)
     finished()

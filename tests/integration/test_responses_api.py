@@ -227,6 +227,25 @@ def test_a_failed_stream_is_not_recorded(
     assert stored_log(redis_server, api_key, session_id) == []
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_short_is_recorded_as_the_client_read_it(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str, stream: bool
+) -> None:
+    # max_output_tokens reached: the client read the partial answer, as with chat's
+    # finish_reason "length", so memory keeps it (a history resent with it lines up).
+    client = sdk(gateway, api_key, session_id)
+    raw = client.responses.with_raw_response.create(model="cut-short", input="hello", stream=stream)
+    if stream:
+        events = list(raw.parse())
+        assert events[-1].type == "response.incomplete"
+    else:
+        assert raw.parse().status == "incomplete"
+    assert raw.headers["x-memory-status"] == "ok"
+    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [
+        ("user", "hello"), ("assistant", "ack: hello"),
+    ]  # fmt: skip
+
+
 def test_a_malformed_stream_is_not_acknowledged_since_it_is_not_stored(
     gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
 ) -> None:

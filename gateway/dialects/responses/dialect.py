@@ -186,8 +186,10 @@ class ResponsesDialect:
         return None
 
     def answer(self, body: Any) -> Message | None:
-        """A whole response's answer: only a completed one (not failed, not incomplete)."""
-        if not isinstance(body, dict) or body.get("status") != "completed":
+        """A whole response's answer: a completed one, or one cut short (``incomplete``,
+        as chat records an answer that ends with ``finish_reason: length``); never a
+        failed one."""
+        if not isinstance(body, dict) or body.get("status") not in ("completed", "incomplete"):
             return None
         return message_from_output(body.get("output"))
 

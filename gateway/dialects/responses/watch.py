@@ -2,9 +2,11 @@
 
 The client gets the upstream's bytes untouched. The answer is taken from the
 ``response.completed`` event's ``response.output`` (the upstream's own assembly, function
-calls included); the text deltas are kept only to count what was relayed when the stream
-did not complete. ``response.failed``, ``response.incomplete`` and ``error`` end the
-stream without an answer to record. As for chat (``dialects/chat/watch.py``), a stream with a
+calls included), or from ``response.incomplete``'s: an answer cut short (at
+``max_output_tokens``) is what the client read, recorded as chat records one that ends with
+``finish_reason: length``, so a history resent with it still lines up. The text deltas are
+kept only to count what was relayed when the stream did not end so. ``response.failed``
+and ``error`` end the stream without an answer to record. As for chat (``dialects/chat/watch.py``), a stream with a
 payload that is not JSON, bytes that are not UTF-8 or an event too long to hold is not
 recorded: nobody read that answer whole.
 
@@ -27,8 +29,10 @@ from gateway.upstream.sse import SSEDecoder
 # default) bounds it before this does.
 MAX_EVENT_CHARS = 64 << 20
 COMPLETED = "response.completed"
-# Events after which nothing will be recorded.
-FAILED = frozenset({"response.failed", "response.incomplete", "error"})
+# The events that end a stream with the response's answer (held back until the turn is
+# recorded); after the others nothing will be.
+ANSWERED = (COMPLETED, "response.incomplete")
+FAILED = frozenset({"response.failed", "error"})
 
 
 def chat_usage(usage: Any) -> dict[str, Any] | None:
@@ -97,7 +101,7 @@ class ResponsesWatch:
         kind = event["type"]
         if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
             self._text.append(event["delta"])
-        elif kind == COMPLETED:
+        elif kind in ANSWERED:
             response = event.get("response")
             if not isinstance(response, dict):
                 self.malformed += 1
@@ -170,15 +174,15 @@ def _event_start(chunk: bytes, line: int) -> int:
     return 0
 
 
-def _is_completed_line(line: bytes) -> bool:
+def _is_type_line(line: bytes, name: bytes) -> bool:
     if line.startswith(b"event:"):
-        return line[6:].strip() == b"response.completed"
+        return line[6:].strip() == name
     if not line.startswith(b"data:"):
         return False
     head = line[5:].lstrip()
-    # The event's own type, first as OpenAI writes it: a "response.completed" anywhere else
-    # (in an answer's text) is quoted with escaped quotes, never this.
-    return head.startswith((b'{"type":"response.completed"', b'{"type": "response.completed"'))
+    # The event's own type, first as OpenAI writes it: its name anywhere else (in an
+    # answer's text) is quoted with escaped quotes, never this.
+    return head.startswith((b'{"type":"' + name + b'"', b'{"type": "' + name + b'"'))
 
 
 # How an event ends: a blank line, whichever line endings the stream uses.
@@ -202,20 +206,27 @@ def split_at_last_event(chunk: bytes) -> tuple[bytes, bytes]:
 
 
 def split_at_completed(chunk: bytes) -> tuple[bytes, bytes]:
-    """The bytes before the ``response.completed`` event, and the rest from it on.
+    """The bytes before the event that ends the stream with its answer
+    (``response.completed`` or ``response.incomplete``), and the rest from it on.
 
     When the event began in an earlier chunk (or is not recognised in this one), the
     whole chunk is the rest: held back with the event, which is only later, never wrong.
     """
-    at = chunk.find(b"response.completed")
+    starts = [at for name in ANSWERED if (at := _event_named(chunk, name.encode())) != -1]
+    start = min(starts, default=0)
+    return chunk[:start], chunk[start:]
+
+
+def _event_named(chunk: bytes, name: bytes) -> int:
+    """Where the event of type ``name`` starts in the chunk, or -1."""
+    at = chunk.find(name)
     while at != -1:
         line = _line_start(chunk, at)
         end = min(
             (i for i in (chunk.find(b"\n", at), chunk.find(b"\r", at)) if i != -1),
             default=len(chunk),
         )
-        if _is_completed_line(chunk[line:end]):
-            start = _event_start(chunk, line)
-            return chunk[:start], chunk[start:]
-        at = chunk.find(b"response.completed", at + 1)
-    return b"", chunk
+        if _is_type_line(chunk[line:end], name):
+            return _event_start(chunk, line)
+        at = chunk.find(name, at + 1)
+    return -1

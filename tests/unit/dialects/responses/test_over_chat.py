@@ -301,10 +301,10 @@ def test_an_error_chunk_or_a_malformed_one_ends_with_an_error_event_never_comple
     assert not watched(convert(malformed)).recordable
 
 
-def test_an_answer_cut_short_streams_as_incomplete_and_is_not_recorded() -> None:
+def test_an_answer_cut_short_streams_as_incomplete_and_is_recorded() -> None:
     cut = sse(chunk({"content": "Hel"}), chunk({}, "length"), b"[DONE]")
     events = decoded(convert(cut))
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     watch = watched(convert(cut))
-    assert watch.ended and not watch.recordable
+    assert watch.ended and watch.recordable and watch.message().content == "Hel"

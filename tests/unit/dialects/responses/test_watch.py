@@ -59,7 +59,18 @@ def watched(*parts: bytes) -> ResponsesWatch:
         ),
         ("no completed event", [HEAD, DELTAS], False, False),
         ("failed", [HEAD, DELTAS, event("response.failed", 3, response={})], False, True),
-        ("incomplete", [HEAD, event("response.incomplete", 1, response={})], False, True),
+        (
+            "incomplete without output",
+            [HEAD, event("response.incomplete", 1, response={})],
+            False,
+            True,
+        ),
+        (
+            "cut short (incomplete) with its output",
+            [HEAD, DELTAS, event("response.incomplete", 3, response={"output": ANSWER})],
+            True,
+            True,
+        ),
         ("error", [HEAD, event("error", 1, code="x", message="boom")], False, True),
         ("broken JSON", [HEAD, b"data: {not json\n\n", DELTAS, COMPLETED], False, True),
         ("not UTF-8", [HEAD, b"\xff\xfe\n\n", COMPLETED], False, True),
@@ -112,6 +123,11 @@ def test_split_holds_back_the_completed_event_only(newline: bytes) -> None:
     assert (before, rest) == (lines(DELTAS), lines(COMPLETED))
     data_only = b'data: {"type":"response.completed","sequence_number":3}\n\n'
     assert split_at_completed(lines(DELTAS + data_only)) == (lines(DELTAS), lines(data_only))
+
+
+def test_split_holds_back_an_incomplete_event_as_a_completed_one() -> None:
+    cut = event("response.incomplete", 3, response={"output": ANSWER})
+    assert split_at_completed(DELTAS + cut) == (DELTAS, cut)
 
 
 def test_split_ignores_the_words_in_an_answer() -> None:
