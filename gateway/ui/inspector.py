@@ -22,7 +22,9 @@ from starlette.routing import Route
 from gateway.auth.identity import check_id
 from gateway.config import UIConfig
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.memory import durable
 from gateway.routes.relay import read_body
+from gateway.service.facts import FactEdits, fact_view
 from gateway.service.operations import SessionOperations
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import StoreUnavailable
@@ -93,6 +95,17 @@ def _content(raw: str | None, required: bool = True) -> str | None:
     return text
 
 
+def _fact_text(raw: str | None) -> str:
+    """A fact's new wording, refused as the memory API's PATCH refuses it."""
+    text = (raw or "").strip()
+    if not text:
+        raise InvalidRequest("a fact needs some text", param="text")
+    if len(text) > durable.MAX_FACT_CHARS:
+        limit = durable.MAX_FACT_CHARS
+        raise InvalidRequest(f"a fact holds at most {limit} characters", param="text")
+    return text
+
+
 # Sent with every page: no script at all, styles only its own, never in a frame.
 SECURITY_HEADERS = {
     "content-security-policy": (
@@ -124,6 +137,7 @@ class Inspector:
     ) -> None:
         assert config.admin_key is not None  # the config refuses /ui without one
         self.ops = operations
+        self.facts = FactEdits(operations.store, operations.clock)
         self.labels = labels
         self.auth = AdminAuth(
             config.admin_key,
@@ -151,6 +165,8 @@ class Inspector:
             Route("/ui/session/pins", action(self.add_pin), methods=["POST"]),
             Route("/ui/session/pins/edit", action(self.edit_pin), methods=["POST"]),
             Route("/ui/session/pins/delete", action(self.delete_pin), methods=["POST"]),
+            Route("/ui/session/facts/edit", action(self.correct_fact), methods=["POST"]),
+            Route("/ui/session/facts/delete", action(self.delete_fact), methods=["POST"]),
         ]
 
     # --- access and errors ---
@@ -283,6 +299,8 @@ class Inspector:
             "session.html",
             keys=keys,
             view=view,
+            # With their ids, for the forms (the view is the memory API's, which has none).
+            facts=[fact_view(keys.session_id, f) for f in state.tiers.facts],
             receipts=receipts,
             cache=cache,
             hit_rate=views.hit_rate(cache),
@@ -361,3 +379,18 @@ class Inspector:
         pin_id = form.get("pin", "")
         await self.ops.delete_pin(keys, pin_id)
         return RedirectResponse(_session_url(keys, done=f"deleted {pin_id}"), 303)
+
+    async def correct_fact(self, request: Request) -> Response:
+        form = await self._form(request)
+        keys = _session(form)
+        fact_id = form.get("fact", "")
+        fact = await self.facts.correct(keys, fact_id, _fact_text(form.get("text")))
+        done = f"corrected {fact_id} (now {durable.fact_id(fact)})"
+        return RedirectResponse(_session_url(keys, done=done), 303)
+
+    async def delete_fact(self, request: Request) -> Response:
+        form = await self._form(request)
+        keys = _session(form)
+        fact_id = form.get("fact", "")
+        await self.facts.delete(keys, fact_id)
+        return RedirectResponse(_session_url(keys, done=f"deleted {fact_id}"), 303)

@@ -21,7 +21,7 @@ from devsupport.servers import RedisProcess, ServerThread
 from gateway.auth.identity import tenant_id
 from gateway.config import ConfigError, parse_settings
 from gateway.store.keys import TENANT_SECRET_KEY
-from tests.support.clients import Memory, say, sdk
+from tests.support.clients import Memory, register_content, say, sdk
 from tests.support.fixtures import GatewayFactory
 
 ADMIN_KEY = "admin-" + "k" * 24
@@ -199,6 +199,95 @@ def test_pins_edited_deleted_session_ended_exported_and_erased_through_the_page(
     page.click("button.danger")
     expect(page.locator("#flash")).to_have_text(f"erased session {session_id}")
     assert memory.http.get(memory.base).status_code == 404
+
+
+def seed_facts(memory: Memory) -> list[dict[str, Any]]:
+    """Import a user's lines (each answered "noted"), run the jobs; the facts they made."""
+    lines = ["My seat is 42B on the night train.", "I live in Lyon.",
+             *[f"filler {i} about the weather" for i in range(6)]]  # fmt: skip
+    messages = [{"role": role, "content": register_content(line if role == "user" else "noted")}
+                for line in lines for role in ("user", "assistant")]  # fmt: skip
+    assert (
+        memory.http.post(memory.base + "/messages", json={"messages": messages}).status_code == 200
+    )
+    memory.flush()
+    return facts_of(memory)
+
+
+def facts_of(memory: Memory) -> list[dict[str, Any]]:
+    reply = memory.http.get(memory.base + "/facts")
+    assert reply.status_code == 200, reply.text
+    return list(reply.json()["facts"])
+
+
+def test_facts_corrected_and_deleted_through_the_page(
+    inspected: ServerThread, page: Page, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    memory = Memory(inspected, api_key, session_id)
+    seat = next(f for f in seed_facts(memory) if f["key"] == "seat")
+    log_in(page, inspected)
+    page.goto(f"{inspected.url}/ui/session?tenant={tenant_of(redis_server, api_key)}"
+              f"&id={quote(session_id)}")  # fmt: skip
+    shown = page.locator(f"#tier-facts li[data-fact='{seat['id']}']")
+    expect(shown.locator("code")).to_have_text(seat["id"])
+
+    edit = shown.locator("form[action='/ui/session/facts/edit']")
+    edit.locator("input[name=text]").fill("My seat is 17C.")
+    edit.locator("button").click()
+    expect(page.locator("#flash")).to_contain_text(f"corrected {seat['id']}")
+    listed = {f["id"]: f for f in facts_of(memory)}
+    assert listed[seat["id"]]["superseded"] is True
+    (new,) = [f for f in listed.values() if f.get("corrected")]
+    assert new["text"] == "My seat is 17C." and not new.get("superseded")
+    # The old fact stays on the page, tagged, with nothing left to change on it.
+    expect(shown.locator(".tag.unsent")).to_have_text("superseded")
+    expect(shown.locator("form")).to_have_count(0)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#tier-facts").screenshot(path=str(ARTIFACTS / "inspector-facts.png"))
+
+    deleting = f"#tier-facts li[data-fact='{new['id']}'] form[action='/ui/session/facts/delete']"
+    page.locator(deleting + " button").click()
+    expect(page.locator("#flash")).to_contain_text(f"deleted {new['id']}")
+    assert new["id"] not in {f["id"] for f in facts_of(memory)}
+    expect(page.locator(f"#tier-facts li[data-fact='{new['id']}']")).to_have_count(0)
+
+
+def test_the_fact_forms_refuse_other_sites_unknown_or_superseded_facts_and_bad_text(
+    inspected: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    memory = Memory(inspected, api_key, session_id)
+    before = seed_facts(memory)
+    seat = next(f for f in before if f["key"] == "seat")
+    session = {"tenant": tenant_of(redis_server, api_key), "id": session_id}
+    edit = {**session, "fact": seat["id"], "text": "My seat is 17C."}
+    with httpx.Client(base_url=inspected.url, headers={"Origin": inspected.url}) as http:
+        assert http.post("/ui/login", data={"key": ADMIN_KEY, "next": "/ui"}).status_code == 303
+        # Another site's form, or one hiding where it comes from, changes nothing.
+        cookies = dict(http.cookies)
+        for origin in ({"Origin": "https://evil.example"}, {}):
+            with httpx.Client(base_url=inspected.url, headers=origin, cookies=cookies) as other:
+                assert other.post("/ui/session/facts/edit", data=edit).status_code == 403
+                deleted = other.post(
+                    "/ui/session/facts/delete", data={**session, "fact": seat["id"]}
+                )
+                assert deleted.status_code == 403
+        assert facts_of(memory) == before
+
+        def refused(path: str, data: dict[str, str], status: int, says: str) -> None:
+            reply = http.post(path, data=data)
+            assert reply.status_code == status and says in reply.text, reply.text
+            assert reply.headers["content-type"].startswith("text/html")
+
+        refused("/ui/session/facts/edit", {**edit, "fact": "fact_nope"}, 404, "fact not found")
+        refused("/ui/session/facts/delete", {**session, "fact": "fact_nope"}, 404, "fact not found")
+        refused("/ui/session/facts/edit", {**edit, "text": "  "}, 400, "text")
+        refused("/ui/session/facts/edit", {**edit, "text": "x" * 241}, 400, "240")
+        assert facts_of(memory) == before
+        # At the limit the API takes, the page takes it too.
+        assert (
+            http.post("/ui/session/facts/edit", data={**edit, "text": "x" * 240}).status_code == 303
+        )
+        refused("/ui/session/facts/edit", edit, 400, "superseded")  # history, not current
 
 
 GATEWAY_KEY = "gw-key-alice-0123456789"

@@ -6,9 +6,9 @@ calls included), or from ``response.incomplete``'s: an answer cut short (at
 ``max_output_tokens``) is what the client read, recorded as chat records one that ends with
 ``finish_reason: length``, so a history resent with it still lines up. The text deltas are
 kept only to count what was relayed when the stream did not end so. ``response.failed``
-and ``error`` end the stream without an answer to record. As for chat (``dialects/chat/watch.py``), a stream with a
-payload that is not JSON, bytes that are not UTF-8 or an event too long to hold is not
-recorded: nobody read that answer whole.
+and ``error`` end the stream without an answer to record. As for chat
+(``dialects/chat/watch.py``), a stream with a payload that is not JSON, bytes that are not
+UTF-8 or an event too long to hold is not recorded: nobody read that answer whole.
 
 Memory is bounded by what the watch is fed (the upstream client ends a stream at
 ``upstream.max_response_bytes``): the deltas' text, and the completed event, which
