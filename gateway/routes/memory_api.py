@@ -40,7 +40,7 @@ from gateway.routes.relay import read_body
 from gateway.routes.schemas import FactEditBody, ImportBody, PinBody, PinEditBody, SearchBody
 from gateway.service.facts import FactEdits, fact_view
 from gateway.service.operations import SessionOperations
-from gateway.service.searching import Search
+from gateway.service.searching import MOST_SESSIONS, Search
 from gateway.store.keys import SessionKeys, UserKeys
 
 # A tool call's results follow it directly: a short tail of the log shows which are open.
@@ -286,7 +286,9 @@ class MemoryAPI:
     async def search_user(self, request: Request) -> Response:
         user = await self._user(request)
         body, _ = parse_body(SearchBody, await read_body(request, self.max_body_bytes))
-        sessions = await self._user_sessions(user)
+        sessions = await self.store.users.newest_sessions(
+            user, await self._user_sessions(user), MOST_SESSIONS
+        )
         found = await self.searching.search(user.tenant, sessions, body.query, body.limit)
         return JSONResponse({"results": found})
 

@@ -139,6 +139,10 @@ class UserStore(Protocol):
 
     async def user_sessions(self, user: UserKeys) -> list[str]: ...
 
+    async def newest_sessions(
+        self, user: UserKeys, sessions: list[str], limit: int
+    ) -> list[str]: ...
+
     async def idle_sessions(
         self, user: UserKeys, *, idle_before: float, exclude: str
     ) -> list[str]: ...

@@ -25,8 +25,8 @@ from gateway.store.keys import SessionKeys
 
 # An excerpt shows this much of a long message (a pasted document is not an excerpt).
 EXCERPT_CHARS = 2000
-# A user's search reads at most this many of their sessions (their archives are read,
-# and held, like a turn's).
+# A user's search reads at most this many of their sessions, the last active (their
+# archives are read, and held, like a turn's).
 MOST_SESSIONS = 32
 # The tiers and pins of a session are read with this few messages of its tail.
 _TAIL = 1

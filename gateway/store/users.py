@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.store.calls import StoreCalls
-from gateway.store.keys import UserKeys
+from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.link import Command
 
 # Idle sessions ended at once when a user starts a session: the rest wait for the next.
@@ -133,6 +133,19 @@ class Users:
     async def user_sessions(self, user: UserKeys) -> list[str]:
         (raw,) = await self._calls.execute([("SMEMBERS", user.sessions)], op="user_sessions")
         return sorted(item.decode() for item in raw)
+
+    async def newest_sessions(self, user: UserKeys, sessions: list[str], limit: int) -> list[str]:
+        """The ``limit`` of the user's ``sessions`` last active most recently, newest first
+        (the index is a set: its order says nothing of when)."""
+        if len(sessions) <= limit:
+            return sessions
+        commands: list[Command] = [
+            ("HGET", SessionKeys(user.tenant, sid).meta, "updated") for sid in sessions
+        ]
+        replies = await self._calls.execute(commands, op="user_newest")
+        updated = [float(raw or 0) for raw in replies]
+        order = sorted(range(len(sessions)), key=lambda i: (-updated[i], sessions[i]))
+        return [sessions[i] for i in order[:limit]]
 
 
 def _replaced(texts: list[str], old: str, new: str | None) -> list[str]:

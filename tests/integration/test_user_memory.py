@@ -65,6 +65,24 @@ def error(reply: httpx.Response, status: int, param: str | None = None) -> dict[
     return detail
 
 
+def test_a_users_search_past_its_session_bound_reads_the_last_active_sessions(
+    make_gateway: GatewayFactory, api_key: str, session_id: str, monkeypatch: Any
+) -> None:
+    # The user's index is a set: its order (by id) once chose which sessions were read.
+    monkeypatch.setattr("gateway.routes.memory_api.MOST_SESSIONS", 2)
+    api = Api(make_gateway(memory={"preset": "hybrid-recall"}), api_key)
+    newest = f"z-{session_id}"  # last by id, last in time
+    for sid, text in ((f"a-{session_id}", "My seat was 11A last year."),
+                      (f"m-{session_id}", "I take the night train to Vienna."),
+                      (newest, "My seat is 42B now.")):  # fmt: skip
+        api.add(sid, text)
+    found = api.search(f"/memory/users/{USER}", "my seat").json()["results"]
+    assert {r["session_id"] for r in found} <= {newest, f"m-{session_id}"}
+    assert any("42B" in r["text"] for r in found)
+    assert not any("11A" in r["text"] for r in found)
+    api.http.close()
+
+
 def test_a_users_profile_facts_and_memories_are_found_at_once(
     make_gateway: GatewayFactory, api_key: str, session_id: str
 ) -> None:
