@@ -131,18 +131,24 @@ async def one_link(redis_server: RedisProcess) -> AsyncIterator[Connections]:
 
 
 async def test_a_call_queued_behind_calls_redis_keeps_answering_waits_past_its_deadline(
-    one_link: Connections,
+    redis_server: RedisProcess,
 ) -> None:
-    # 10 ms of work each, 160 ms in all: an answer every 10 ms, five to each of the call's
-    # 50 ms deadlines (at 40 ms each, one answer late on a loaded machine, Redis silent
-    # 56 ms, ended the wait).
-    ahead = [asyncio.ensure_future(one_link.execute([busy(10_000)])) for _ in range(16)]
-    await asyncio.sleep(0)  # written first
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    assert await one_link.execute([("PING",)], timeout_s=0.05) == [b"PONG"]
-    assert loop.time() - start >= 0.15  # three times its deadline, answered all along
-    assert await asyncio.gather(*ahead) == [[1]] * 16
+    # 10 ms of work each, 400 ms in all: an answer every 10 ms, ten to each of the call's
+    # 100 ms deadlines, under a cap (max_queued_s) it never reaches. With a 50 ms deadline
+    # and the fixture's 0.3 s cap, one answer 53 ms late on a loaded machine ended the wait.
+    client = create_client(redis_server.url, timeout_s=2, max_connections=2)
+    link = Connections(client.connection_pool, links=1, max_queued_s=5)
+    try:
+        ahead = [asyncio.ensure_future(link.execute([busy(10_000)])) for _ in range(40)]
+        await asyncio.sleep(0)  # written first
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        assert await link.execute([("PING",)], timeout_s=0.1) == [b"PONG"]
+        assert loop.time() - start >= 0.3  # three times its deadline, answered all along
+        assert await asyncio.gather(*ahead) == [[1]] * 40
+    finally:
+        await link.aclose()
+        await client.aclose()
 
 
 async def test_a_call_on_a_silent_redis_times_out_at_its_deadline(one_link: Connections) -> None:

@@ -566,7 +566,14 @@ def test_a_corrupt_fingerprint_is_only_a_context_that_shares_nothing(
     session_id: str,
     garbage: bytes,
 ) -> None:
-    gateway = make_gateway(memory=STABLE, upstream={"prompt_cache": {"policy": "prefix"}})
+    # Redis's default 100 ms deadline is for turns, not for moving 9 MB on a loaded
+    # machine (a turn there was served degraded): what is tested is what the gateway
+    # makes of the bytes.
+    gateway = make_gateway(
+        memory=STABLE,
+        upstream={"prompt_cache": {"policy": "prefix"}},
+        redis={"timeout_ms": 5000},
+    )
     _import(gateway, api_key, session_id, _history(40))
     redis = redis_server.client()
     try:
