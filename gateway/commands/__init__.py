@@ -63,15 +63,26 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add = commands.add_parser(
         "import",
         parents=parent,
-        help="import a conversation file into a session (resumable)",
+        help="import a conversation file, or a ChatGPT or Claude export (resumable)",
         description="Import a conversation into a session through the gateway's memory API: "
         "a JSONL file of messages (one per line), or one JSON document (an array of "
         'messages, or an object with "messages": a chat-completions body or an export). '
-        "System messages are skipped. Interrupted, it resumes when run again.",
+        "System messages are skipped. With --from chatgpt or --from claude, the "
+        "conversations.json of that service's data export: each conversation becomes a "
+        "session of --user (chatgpt-ID, claude-ID), its messages keeping their dates. "
+        "Interrupted, it resumes when run again.",
     )
-    add.add_argument("file", help="the JSONL file or JSON document")
-    add.add_argument("--session", required=True, help="the session id to import into")
-    add.add_argument("--user", help="the user id the session belongs to (X-User-Id)")
+    add.add_argument("file", help="the JSONL file or JSON document, or the export's file")
+    add.add_argument(
+        "--from",
+        dest="source",
+        choices=("chatgpt", "claude"),
+        help="the file is this service's conversations.json (its data export)",
+    )
+    add.add_argument("--session", help="the session id to import into (not with --from)")
+    add.add_argument(
+        "--user", help="the user id the sessions belong to (X-User-Id; needed with --from)"
+    )
     add.add_argument(
         "--batch", type=_positive, default=100, help="messages per request (%(default)s)"
     )
@@ -158,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace, client: MemoryClient, out: Console, err: Console) -> int:
+    if args.command == "import" and args.source:
+        from gateway.commands.import_exports import run_export_import
+
+        return run_export_import(args, client, out, err)
     if args.command == "import":
         from gateway.commands.importer import run_import
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -57,8 +57,87 @@ def _lines(batch: Sequence[Entry]) -> str:
     return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
+def progress_bar(err: Console, doing: str, unit: str) -> Progress:
+    """A progress bar on stderr: ``{doing} ━━━━━ 12/40 {unit} 0:00:03 0:00:07``; each task's
+    description replaces ``doing`` when it is not the default."""
+    return Progress(
+        TextColumn(doing if doing else "{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit if unit else "{task.fields[unit]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+    )
+
+
+@dataclass(slots=True)
+class Sending:
+    """How far an import into one session got: read after a refusal or a Ctrl-C."""
+
+    done: int  # the entries acknowledged
+    count: int  # the session's message count after them
+    pending: int | None = None  # the session's pending jobs, as the last batch left them
+
+
+class Refused(Exception):
+    """The gateway refused a batch (4xx): none of it landed."""
+
+    def __init__(self, error: ApiError, batch: Sequence[Entry]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.batch = batch
+
+
+def send_batches(
+    client: MemoryClient,
+    session: str,
+    entries: Sequence[Entry],
+    at: Sending,
+    *,
+    path: Path,
+    file_sha256: str,
+    state: Path,
+    batch: int,
+    advance: Callable[[int], None],
+) -> None:
+    """Send ``entries[at.done:]`` into ``session`` in batches, the checkpoint written before
+    each (``at`` follows them); ``Refused`` when the gateway refuses one."""
+    digest = MessagesDigest(entries[: at.done])
+    while at.done < len(entries):
+        part = entries[at.done : at.done + batch]
+        mark = Checkpoint(
+            session=session,
+            file=str(path.resolve()),
+            file_sha256=file_sha256,
+            done=at.done,
+            done_sha256=digest.hexdigest(),
+            message_count=at.count,
+            sending=len(part),
+        )
+        mark.save(state)
+        try:
+            result = client.import_messages(session, [e.message for e in part])
+        except ApiError as error:
+            if 400 <= error.status < 500:  # refused: nothing of the batch landed
+                replace(mark, sending=0).save(state)
+                raise Refused(error, part) from None
+            raise
+        at.count = int(result["message_count"])
+        at.pending = result.get("pending_jobs")
+        for entry in part:
+            digest.add(entry)
+        at.done += len(part)
+        advance(at.done)
+
+
 def run_import(args: argparse.Namespace, client: MemoryClient, out: Console, err: Console) -> int:
     path, session = Path(args.file), args.session
+    if not session:  # (not required by argparse: an export's import takes none)
+        raise UsageError(
+            "--session is needed: the session to import the file into (or --from chatgpt "
+            "or --from claude for the conversations.json of a service's data export)"
+        )
     transcript = read_transcript(path)
     if transcript.skipped:
         lines = ", ".join(str(e.line) for e in transcript.skipped[:5])
@@ -81,52 +160,26 @@ def run_import(args: argparse.Namespace, client: MemoryClient, out: Console, err
             "messages are added after them"
         )
 
-    digest = MessagesDigest(entries[:start])
-    done, pending = start, None
-    progress = Progress(
-        TextColumn("importing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("messages"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-    )
+    at = Sending(done=start, count=count)
+    progress = progress_bar(err, "importing", "messages")
     try:
         with progress:
-            task = progress.add_task("import", total=len(entries), completed=done)
-            while done < len(entries):
-                batch = entries[done : done + args.batch]
-                mark = Checkpoint(
-                    session=session,
-                    file=str(path.resolve()),
-                    file_sha256=transcript.sha256,
-                    done=done,
-                    done_sha256=digest.hexdigest(),
-                    message_count=count,
-                    sending=len(batch),
-                )
-                mark.save(state)
-                try:
-                    result = client.import_messages(session, [e.message for e in batch])
-                except ApiError as error:
-                    if 400 <= error.status < 500:  # refused: nothing of the batch landed
-                        replace(mark, sending=0).save(state)
-                        raise _refused(error, batch, transcript, done, state) from None
-                    raise
-                count = int(result["message_count"])
-                pending = result.get("pending_jobs")
-                for entry in batch:
-                    digest.add(entry)
-                done += len(batch)
-                progress.update(task, completed=done)
+            task = progress.add_task("import", total=len(entries), completed=start)
+            send_batches(
+                client, session, entries, at, path=path, file_sha256=transcript.sha256,
+                state=state, batch=args.batch,
+                advance=lambda done: progress.update(task, completed=done),
+            )  # fmt: skip
+    except Refused as refused:
+        raise _refused(refused.error, refused.batch, transcript, at.done, state) from None
     except KeyboardInterrupt:
         # The checkpoint on disk is already right: written before the batch was sent.
         err.print(
-            f"interrupted: {done} of {_plural(len(entries), 'message')} imported into session "
-            f"{session}. Run the same command again to resume (checkpoint: {state})."
+            f"interrupted: {at.done} of {_plural(len(entries), 'message')} imported into "
+            f"session {session}. Run the same command again to resume (checkpoint: {state})."
         )
         return INTERRUPTED
+    done, count, pending = at.done, at.count, at.pending
     checkpoint.remove(state)
 
     skipped = len(transcript.skipped)

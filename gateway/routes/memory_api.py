@@ -32,6 +32,7 @@ from gateway.dialects.chat.request import (
     parse_json,
     validation_error,
 )
+from gateway.dialects.exports import FORMATS, Conversation, ExportError, read_export
 from gateway.dialects.responses.dialect import RESPONSES, parse_responses_request
 from gateway.dialects.tool_names import name_error, recorded_bad_name
 from gateway.errors import Forbidden, InvalidRequest, NotFound
@@ -41,6 +42,7 @@ from gateway.routes.schemas import FactEditBody, ImportBody, PinBody, PinEditBod
 from gateway.service.facts import FactEdits, fact_view
 from gateway.service.operations import SessionOperations
 from gateway.service.searching import MOST_SESSIONS, Search
+from gateway.service.turn import another_users
 from gateway.store.keys import SessionKeys, UserKeys
 
 # A tool call's results follow it directly: a short tail of the log shows which are open.
@@ -66,6 +68,33 @@ def parse_import(raw: bytes, limits: MessageLimits) -> tuple[Message, ...]:
     if bad is not None:
         raise name_error(f"messages.{bad.position}.{bad.path}", bad.name)
     return messages
+
+
+def parse_export(
+    raw: bytes, fmt: str, limits: MessageLimits
+) -> list[tuple[Conversation, tuple[Message, ...]]]:
+    """The conversations of a ChatGPT or Claude export (``gateway.dialects.exports``, as the CLI's
+    ``import --from`` reads them) with their messages, each within a chat request's caps."""
+    data = parse_json(raw)
+    try:
+        conversations = list(read_export(fmt, data))
+    except ExportError as error:
+        param = str(error.number - 1) if error.number else None  # its index in the array
+        raise InvalidRequest(str(error), param=param) from None
+    read = []
+    for conversation in conversations:
+        number = conversation.number
+
+        def where(i: int, path: str, number: int = number) -> str:
+            return f"conversation {number}, message {i + 1}"
+
+        check_message_sizes(conversation.messages, limits, where)
+        messages = tuple(
+            Message.from_openai(m).but(ts=float(m.get("timestamp", 0.0)))
+            for m in conversation.messages
+        )
+        read.append((conversation, messages))
+    return read
 
 
 # A clock a little ahead of ours is a clock; a message said next year is not: it would
@@ -151,6 +180,7 @@ class MemoryAPI:
             Route("/memory/users/{uid}", self.get_user, methods=["GET"]),
             Route("/memory/users/{uid}", self.erase_user, methods=["DELETE"]),
             Route("/memory/users/{uid}/search", self.search_user, methods=["POST"]),
+            Route("/memory/users/{uid}/imports", self.import_export, methods=["POST"]),
         ]
 
     async def _caller(self, request: Request) -> Caller:
@@ -291,6 +321,59 @@ class MemoryAPI:
         )
         found = await self.searching.search(user.tenant, sessions, body.query, body.limit)
         return JSONResponse({"results": found})
+
+    async def import_export(self, request: Request) -> Response:
+        """A ChatGPT or Claude data export (its ``conversations.json`` as the body): each
+        conversation a session of the user, unless that session exists already (imported
+        before: a retried or resumed import adds nothing twice)."""
+        user = await self._user(request)
+        fmt = request.query_params.get("format")
+        if fmt not in FORMATS:
+            raise InvalidRequest("format must be chatgpt or claude", param="format")
+        raw = await read_body(request, self.max_body_bytes)
+        read = await offload.sized(len(raw), parse_export, raw, fmt, self.limits)
+        now = self.ops.clock()
+        for conversation, messages in read:
+            try:
+                check_not_future(messages, now)
+            except InvalidRequest as error:
+                raise InvalidRequest(
+                    f"conversation {conversation.number}: {error.message}",
+                    param=str(conversation.number - 1),
+                ) from None
+        importing = [(c, m) for c, m in read if m]
+        # Every session is looked at before anything is written: one of another user's
+        # refuses the whole import (404, as for any session the caller cannot see).
+        counts = []
+        for conversation, _ in importing:
+            keys = SessionKeys(user.tenant, conversation.session_id)
+            state = await self.store.sessions.load(keys, 1)
+            if another_users(state.user_id, user.user_id):
+                raise NotFound(f"session {conversation.session_id!r} not found", param="session_id")
+            counts.append(state.message_count)
+        quota = (await self._caller(request)).quota_bytes
+        sessions, imported, sent = [], 0, 0
+        for (conversation, messages), count in zip(importing, counts, strict=True):
+            status = "existing"
+            if not count:
+                keys = SessionKeys(user.tenant, conversation.session_id)
+                count = await self.memory.recorder.import_messages(
+                    keys, user.user_id, messages, now=self.ops.clock(), quota=quota
+                )
+                status, imported, sent = "imported", imported + 1, sent + len(messages)
+            sessions.append({
+                "session_id": conversation.session_id, "title": conversation.title,
+                "status": status, "messages": len(messages), "message_count": count,
+            })  # fmt: skip
+        return JSONResponse({
+            "user_id": user.user_id,
+            "conversations": len(read),
+            "imported": imported,
+            "existing": len(sessions) - imported,
+            "empty": len(read) - len(importing),
+            "messages": sent,
+            "sessions": sessions,
+        })  # fmt: skip
 
     async def end(self, request: Request) -> Response:
         return JSONResponse(await self.ops.end(await self._keys(request)))

@@ -139,6 +139,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/memory/users/{uid}/search", "post"): Operation(
         "The user's memories across their sessions that best answer a query",
         s.SearchResults, ("403", "404", "413", *_ANY), body=s.SearchBody),
+    ("/memory/users/{uid}/imports", "post"): Operation(
+        "Import a ChatGPT or Claude data export (its conversations.json as the body): "
+        "a session of the user per conversation (chatgpt-ID, claude-ID), its dates kept; "
+        "a conversation whose session exists is left as it is", s.ExportImported,
+        ("403", "404", "413", "429", *_ANY),
+        body={"type": "array", "items": {"type": "object"}},
+        parameters=({**_query("format", {"type": "string", "enum": ["chatgpt", "claude"]}),
+                     "required": True},)),
     ("/memory/users/{uid}", "delete"): Operation(
         "Erase the user and every session of theirs", None, ("403", "404", *_ANY)),
 }  # fmt: skip

@@ -233,6 +233,25 @@ class Imported(_Closed):
     pending_jobs: StrictInt
 
 
+class ImportedConversation(_Closed):
+    session_id: StrictStr
+    title: StrictStr
+    # imported now, or left as it was: its session existed (an earlier import)
+    status: Literal["imported", "existing"]
+    messages: StrictInt  # the conversation's, as the export has them
+    message_count: StrictInt  # the session's
+
+
+class ExportImported(_Closed):
+    user_id: StrictStr
+    conversations: StrictInt  # in the export
+    imported: StrictInt
+    existing: StrictInt
+    empty: StrictInt  # with nothing to import (no text between the user and the assistant)
+    messages: StrictInt  # imported
+    sessions: list[ImportedConversation]
+
+
 class ContextPreview(_Closed):
     """What would be forwarded: ``messages`` for a chat body, ``input`` for a Responses
     API one."""

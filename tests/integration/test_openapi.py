@@ -9,6 +9,7 @@ uses the same models.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from tests.support.clients import Memory, say, sdk
 from tests.support.fixtures import GatewayFactory
 
 SESSION = "/memory/sessions/{sid}"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "exports"
 
 
 class Checked:
@@ -125,4 +127,8 @@ def test_every_memory_api_answer_matches_its_model(
     api.call("delete", SESSION, 204)
     api.call("get", SESSION, 404)
     api.call("delete", "/memory/users/{uid}", 404, ids={"uid": "user-1"})  # no session left
+    export = (FIXTURES / "claude-conversations.json").read_bytes()
+    imports = "/memory/users/{uid}/imports"
+    api.call("post", imports, ids={"uid": "user-1"}, params={"format": "claude"}, content=export)
+    api.call("post", imports, 400, ids={"uid": "user-1"}, params={"format": "x"}, content=export)
     assert api.seen == set(OPERATIONS)
