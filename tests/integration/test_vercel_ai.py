@@ -52,9 +52,12 @@ def converse(
     mode: str,
     questions: list[str],
     models: list[str] | None = None,
+    timeout_s: float = 60,
+    **more: Any,
 ) -> dict[str, Any]:
     """A conversation of an app built on the SDK (``tests/node/vercel_turns.mjs``), a
-    turn a question, each of fake-model unless ``models`` says."""
+    turn a question, each of fake-model unless ``models`` says (``more``: the script's
+    other fields)."""
     for question in questions:
         register_content(question)
     request = {
@@ -64,13 +67,14 @@ def converse(
         "models": models or ["fake-model"] * len(questions),
         "mode": mode,
         "questions": questions,
+        **more,
     }
     done = subprocess.run(
         [node(), str(NODE_DIR / "vercel_turns.mjs")],
         input=json.dumps(request),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout_s,
         check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -3,7 +3,8 @@
 // history sent again every turn, so earlier answers go back as item_reference items.
 //
 // Reads one JSON object on stdin:
-//   {baseURL, apiKey, session, models: [...], mode, questions: [...]}
+//   {baseURL, apiKey, session, models: [...], mode, questions: [...],
+//    maxOutputTokens?, temperature?} (the last two: for a real, slow model)
 // models: each turn's model ("tool-caller" is given a get_weather tool the app runs, and
 // up to three steps: the call, then the answer from its result).
 // mode: "generate" (generateText, response.messages appended: not streamed),
@@ -25,7 +26,7 @@ import {
 
 const chunks = [];
 for await (const chunk of process.stdin) chunks.push(chunk);
-const { baseURL, apiKey, session, models, mode, questions } = JSON.parse(
+const { baseURL, apiKey, session, models, mode, questions, maxOutputTokens, temperature } = JSON.parse(
   Buffer.concat(chunks).toString('utf8'),
 );
 
@@ -53,7 +54,10 @@ const getWeather = tool({
 
 function options(model, messages) {
   const tools = model === 'tool-caller' ? { get_weather: getWeather } : undefined;
-  return { model: provider(model), messages, tools, stopWhen: stepCountIs(3), maxRetries: 0 };
+  return {
+    model: provider(model), messages, tools, stopWhen: stepCountIs(3), maxRetries: 0,
+    maxOutputTokens, temperature,
+  };
 }
 
 async function turnOfModelMessages(model, messages) {

@@ -23,12 +23,34 @@ _TAKEN = {
 }
 
 
+def text_only(content: Any) -> str | None:
+    """The text of content made of text parts alone (joined by newlines), else None: sent
+    as one string, the form every chat server takes (llama-cpp-python's chat templates
+    add content to a string, and answer a list with a 500)."""
+    if not isinstance(content, list) or not content:
+        return None
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            return None
+        text = part.get("text")
+        if not isinstance(text, str):
+            return None
+        texts.append(text)
+    return "\n".join(texts)
+
+
 def chat_shaped(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages, each content part chat does not take for its role as text."""
+    """The messages, each content part chat does not take for its role as text, and
+    content of text parts alone as one string (``text_only``)."""
     shaped = []
     for message in messages:
         taken = _TAKEN.get(message.get("role", ""))
         content = message.get("content")
+        text = text_only(content)
+        if text is not None:
+            shaped.append({**message, "content": text})
+            continue
         if (
             taken is None
             or not isinstance(content, list)

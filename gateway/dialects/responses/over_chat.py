@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import codec
+from gateway.dialects.chat.parts import text_only
 from gateway.dialects.responses.watch import error_event
 from gateway.errors import InvalidRequest
 from gateway.upstream.sse import SSEDecoder
@@ -105,7 +106,8 @@ def _chat_messages(instructions: Any, context: Sequence[dict[str, Any]]) -> list
     """The context as a chat upstream takes it: ``instructions`` as the system message
     (joined to the context's own, if it starts with one: many local chat templates take
     one system message, first), ``developer`` as ``system``, and no reference memory
-    could not resolve (an assistant message without content or calls: nothing to send)."""
+    could not resolve (an assistant message without content or calls: nothing to send).
+    Content of text parts alone is sent as one string (``chat.parts.text_only``)."""
     messages = []
     for message in context:
         unresolved = message.get("content") is None and not message.get("tool_calls")
@@ -113,6 +115,9 @@ def _chat_messages(instructions: Any, context: Sequence[dict[str, Any]]) -> list
             continue
         if message.get("role") == "developer":
             message = {**message, "role": "system"}
+        text = text_only(message.get("content"))
+        if text is not None:
+            message = {**message, "content": text}
         messages.append(message)
     if isinstance(instructions, str) and instructions:
         first = messages[0] if messages else None

@@ -67,7 +67,7 @@ def test_a_request_becomes_a_chat_request_with_its_context() -> None:
         "messages": [
             {"role": "system", "content": "Be brief.\n\nMemory: teal."},
             {"role": "system", "content": "dev"},
-            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "user", "content": "hi"},
         ],
         "tools": [{"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}],
         "parallel_tool_calls": False,
@@ -92,6 +92,21 @@ def test_instructions_come_first_when_the_context_has_no_system_message() -> Non
         {"role": "user", "content": "hi"},
     ]
     assert "stream" not in chat_body(body, [])
+
+
+def test_content_of_text_parts_alone_is_one_string_others_are_kept() -> None:
+    # llama-cpp-python's chat templates add content to a string: a list of parts is a 500.
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    context = [
+        {"role": "user", "content": [{"type": "text", "text": "My seat"},
+                                     {"type": "text", "text": "is 14C."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Noted."}]},
+        {"role": "user", "content": [{"type": "text", "text": "And this?"}, image]},
+    ]  # fmt: skip
+    messages = chat_body({"model": "m"}, context)["messages"]
+    assert [m["content"] for m in messages] == [
+        "My seat\nis 14C.", "Noted.", [{"type": "text", "text": "And this?"}, image]
+    ]  # fmt: skip
 
 
 def test_a_built_in_tool_is_refused_naming_it() -> None:
