@@ -140,17 +140,20 @@ def _lifespan(
     runner: JobRunner,
     turns: Sequence[TurnService],
     resources: AbstractAsyncContextManager[object] | None,
+    mcp: AbstractAsyncContextManager[None] | None = None,
 ) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
-    """What runs beside the server: the caller's ``resources``, the warm-up, and the
-    background tasks (the durability check, the keys' watch, the in-process worker); at
-    the end, the proxies' recordings still running are waited for, before the store
-    closes."""
+    """What runs beside the server: the caller's ``resources``, the warm-up, the MCP
+    transport's tasks (``mcp``), and the background tasks (the durability check, the keys'
+    watch, the in-process worker); at the end, the proxies' recordings still running are
+    waited for, before the store closes."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             if resources is not None:
                 await stack.enter_async_context(resources)
+            if mcp is not None:
+                await stack.enter_async_context(mcp)
             # What the first requests would otherwise pay for, inside their deadlines: the
             # token encoding (~0.4 s to load), the scripts in Redis, its connections.
             tokenizer.warm()
@@ -284,6 +287,17 @@ def create_app(
         operations, auth, max_body_bytes=settings.server.max_body_bytes, limits=settings.server
     )
     gateway_keys = job_store.gateway_keys
+    mcp = None
+    if settings.server.mcp:
+        # Imported only when served: the MCP SDK takes ~0.5 s to import, which every
+        # operator command (they build no app) would otherwise pay.
+        from gateway.routes.mcp_server import McpServer
+
+        mcp = McpServer(
+            memory_api,
+            max_body_bytes=settings.server.max_body_bytes,
+            allow_origins=settings.server.cors.allow_origins,
+        )
 
     lifespan = _lifespan(
         settings,
@@ -296,6 +310,7 @@ def create_app(
         runner=runner,
         turns=opened,  # (the Responses API's is added below: read at shutdown)
         resources=resources,
+        mcp=mcp.running() if mcp is not None else None,
     )
     health = Health(store.server)
     routes = [Route("/v1/chat/completions", chat.handle, methods=["POST"])]
@@ -319,6 +334,7 @@ def create_app(
         Route("/readyz", health.ready, methods=["GET"]),
         Route("/openapi.json", OpenAPIEndpoint().handle, methods=["GET"]),
         *memory_api.routes(),
+        *(mcp.routes() if mcp is not None else []),
     ]
     if settings.server.metrics:
         # The backlog is read under its own short deadline (``prometheus.DEADLINE_S``).

@@ -97,6 +97,7 @@ class ServerConfig(_Section):
     # a token, when set, is required as "Authorization: Bearer <token>".
     metrics: bool = True
     metrics_token: str | None = None
+    mcp: bool = True  # the MCP server at /mcp (docs/mcp.md): the memory API's keys and tools
     # Proxies (addresses or networks) whose X-Forwarded-For / X-Forwarded-Proto name the
     # client; none by default: a client's address is its socket's.
     trusted_proxies: list[str] = []

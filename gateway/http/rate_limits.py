@@ -89,8 +89,8 @@ log = logging.getLogger(__name__)
 # Retry-After the gateway sends (at least 1 s), so a slot freed meanwhile is soon seen.
 REFUSAL_MEMO_S = 0.25
 REFUSALS_KEPT = 10_000
-# Paths whose requests count: the proxied API and the memory API.
-LIMITED_PREFIXES = ("/v1/", "/memory/")
+# Paths whose requests count: the proxied API, the memory API and its MCP server.
+LIMITED_PREFIXES = ("/v1/", "/memory/", "/mcp")
 # An answer longer than this is estimated (4 characters a token), not tokenized: the
 # charge is made on the event loop, after the response.
 COUNTED_CHARS = 8_192

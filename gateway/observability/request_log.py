@@ -319,5 +319,7 @@ def logging_config(level: str, log_format: str) -> dict[str, Any]:
             "uvicorn.access": {"handlers": [], "propagate": True},
             # httpx logs every request line at INFO: one line per chat message is noise.
             "httpx": {"level": "WARNING"},
+            # The MCP SDK logs each request's transport at INFO (/mcp has its access line).
+            "mcp": {"level": "WARNING"},
         },
     }

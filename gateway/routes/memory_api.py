@@ -43,6 +43,7 @@ from gateway.service.facts import FactEdits, fact_view
 from gateway.service.operations import SessionOperations
 from gateway.service.searching import MOST_SESSIONS, Search
 from gateway.service.turn import another_users
+from gateway.store.catalog import ListedSession
 from gateway.store.keys import SessionKeys, UserKeys
 
 # A tool call's results follow it directly: a short tail of the log shows which are open.
@@ -188,7 +189,11 @@ class MemoryAPI:
 
     async def _keys(self, request: Request) -> SessionKeys:
         caller = await self._caller(request)  # before any other work
-        session_id = check_id(request.path_params["sid"], "session_id")
+        return await self.session_keys(caller, request.path_params["sid"])
+
+    async def session_keys(self, caller: Caller, session_id: str) -> SessionKeys:
+        """The keys of a session of the caller's tenant (the MCP server's tools' too)."""
+        session_id = check_id(session_id, "session_id")
         keys = SessionKeys(caller.tenant, session_id)
         if caller.users is not None:
             # A key limited to some users: another user's session is not there for it.
@@ -197,14 +202,19 @@ class MemoryAPI:
                 raise NotFound(f"session {session_id!r} not found", param="session_id")
         return keys
 
-    async def list_sessions(self, request: Request) -> Response:
-        caller = await self._caller(request)
-        tenant = caller.tenant
-        search = request.query_params.get("search") or None
+    async def visible_sessions(
+        self, caller: Caller, search: str | None, limit: int
+    ) -> list[ListedSession]:
+        """The tenant's sessions the caller may see, the last active first."""
         if search is not None:
             check_id(search, "search")
-        listed = await self.ops.sessions(tenant, search=search, limit=_limit(request))
-        visible = [s for s in listed if caller.may_see(s.user_id)]
+        listed = await self.ops.sessions(caller.tenant, search=search, limit=limit)
+        return [s for s in listed if caller.may_see(s.user_id)]
+
+    async def list_sessions(self, request: Request) -> Response:
+        caller = await self._caller(request)
+        search = request.query_params.get("search") or None
+        visible = await self.visible_sessions(caller, search, _limit(request))
         return JSONResponse({"sessions": [session.to_data() for session in visible]})
 
     async def get_session(self, request: Request) -> Response:
@@ -242,9 +252,14 @@ class MemoryAPI:
         a chat-completions body, ``input`` for a Responses API one."""
         keys = await self._keys(request)
         raw = await read_body(request, self.max_body_bytes)
-        dialect, parsed = await offload.sized(len(raw), _parse_either, raw, self.limits)
         # As the proxy would see it.
         user_id = (await self._caller(request)).user_id(header_id(request.headers, "X-User-Id"))
+        return JSONResponse(await self.preview(keys, user_id, raw))
+
+    async def preview(self, keys: SessionKeys, user_id: str | None, raw: bytes) -> dict[str, Any]:
+        """The context a turn of ``raw`` (a chat-completions or Responses API body) by
+        ``user_id`` would forward in the session, and its receipt; nothing is recorded."""
+        dialect, parsed = await offload.sized(len(raw), _parse_either, raw, self.limits)
         identity = Identity(keys.tenant, keys.session_id, user_id, MemoryMode.READ)
         turn = await self.memory.prepare(
             identity,
@@ -257,7 +272,7 @@ class MemoryAPI:
         field = "input" if dialect is RESPONSES else "messages"
         context = turn.context.openai_messages()
         forwarded = codec.loads(parsed.forwarded(context, turn.plan.resolved))
-        return JSONResponse({field: forwarded[field], "receipt": turn.context.receipt.to_json()})
+        return {field: forwarded[field], "receipt": turn.context.receipt.to_json()}
 
     async def flush(self, request: Request) -> Response:
         ran, pending = await self.ops.flush(await self._keys(request))
@@ -309,18 +324,23 @@ class MemoryAPI:
     async def search_session(self, request: Request) -> Response:
         keys = await self._keys(request)
         body, _ = parse_body(SearchBody, await read_body(request, self.max_body_bytes))
+        return JSONResponse({"results": await self.search_session_memory(keys, body)})
+
+    async def search_session_memory(self, keys: SessionKeys, body: SearchBody) -> list[Any]:
         await self.ops.existing(keys)
-        found = await self.searching.search(keys.tenant, [keys.session_id], body.query, body.limit)
-        return JSONResponse({"results": found})
+        return await self.searching.search(keys.tenant, [keys.session_id], body.query, body.limit)
 
     async def search_user(self, request: Request) -> Response:
         user = await self._user(request)
         body, _ = parse_body(SearchBody, await read_body(request, self.max_body_bytes))
+        return JSONResponse({"results": await self.search_user_memory(user, body)})
+
+    async def search_user_memory(self, user: UserKeys, body: SearchBody) -> list[Any]:
+        """The best memories of the user's last active sessions (404 without any)."""
         sessions = await self.store.users.newest_sessions(
             user, await self._user_sessions(user), MOST_SESSIONS
         )
-        found = await self.searching.search(user.tenant, sessions, body.query, body.limit)
-        return JSONResponse({"results": found})
+        return await self.searching.search(user.tenant, sessions, body.query, body.limit)
 
     async def import_export(self, request: Request) -> Response:
         """A ChatGPT or Claude data export (its ``conversations.json`` as the body): each
@@ -419,18 +439,24 @@ class MemoryAPI:
         return sessions
 
     async def erase_user(self, request: Request) -> Response:
-        user = await self._user(request)
-        if not await self.store.sessions.erase_user(user):
-            raise NotFound(f"user {user.user_id!r} not found", param="user_id")
+        await self.erase_user_memory(await self._user(request))
         return Response(status_code=204)
 
+    async def erase_user_memory(self, user: UserKeys) -> None:
+        if not await self.store.sessions.erase_user(user):
+            raise NotFound(f"user {user.user_id!r} not found", param="user_id")
+
     async def _user(self, request: Request) -> UserKeys:
-        caller = await self._caller(request)
-        user_id = caller.user_id(check_id(request.path_params["uid"], "user_id"))
-        if user_id is None:  # auth.trust_user_header: false
-            raise Forbidden(
-                "user ids are not trusted in this configuration (auth.trust_user_header)",
-                param="user_id",
-                code="user_not_allowed",
-            )
-        return UserKeys(caller.tenant, user_id)
+        return user_keys(await self._caller(request), request.path_params["uid"])
+
+
+def user_keys(caller: Caller, user_id: str) -> UserKeys:
+    """The keys of a user of the caller's tenant, if the caller may act for them (403)."""
+    allowed = caller.user_id(check_id(user_id, "user_id"))
+    if allowed is None:  # auth.trust_user_header: false
+        raise Forbidden(
+            "user ids are not trusted in this configuration (auth.trust_user_header)",
+            param="user_id",
+            code="user_not_allowed",
+        )
+    return UserKeys(caller.tenant, allowed)

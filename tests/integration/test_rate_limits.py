@@ -262,6 +262,15 @@ def test_over_the_limit_a_429_with_retry_after_and_another_tenant_is_served(
         gateway.url + "/memory/sessions", headers={"Authorization": f"Bearer {api_key}"}
     )
     assert_refused(sessions, "requests")
+    # And its MCP server: refused before the SDK reads the call.
+    tools = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = "application/json, text/event-stream"
+    mcp = httpx.post(
+        gateway.url + "/mcp",
+        json=tools,
+        headers={"Authorization": f"Bearer {api_key}", "Accept": accept},
+    )
+    assert_refused(mcp, "requests")
     # Another tenant has its own minute.
     other = "sk-test-" + secrets.token_urlsafe(24)
     USED_KEYS.append(other)
