@@ -35,11 +35,12 @@ from gateway.commands.importer import (
     INTERRUPTED,
     Refused,
     Sending,
+    plural,
     progress_bar,
     send_batches,
     state_file,
 )
-from gateway.commands.transcript import Entry, MalformedFile, MessagesDigest
+from gateway.commands.transcript import Entry, MalformedFile, sent_prefix_changed
 from gateway.dialects.exports import Conversation, ExportError, read_conversation
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
@@ -54,10 +55,6 @@ def _no_constant(name: str) -> Any:
 
 # As strict as the gateway: NaN and Infinity are not JSON.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,19 +252,16 @@ def _resume_at(
         f"other conversations, or erase it (DELETE /memory/sessions/{session}) and run again"
     )
     same_file = mark.file_sha256 == export.sha256
-    if not same_file and (
-        mark.done > len(entries)
-        or MessagesDigest(entries[: mark.done]).hexdigest() != mark.done_sha256
-    ):
+    if not same_file and sent_prefix_changed(mark, entries):
         raise UsageError(
             f"{export.name}: {_named(conversation)} changed since the interrupted import: "
-            f"its first {_plural(mark.done, 'message')} are not the ones imported; {leave}"
+            f"its first {plural(mark.done, 'message')} are not the ones imported; {leave}"
         )
     at = checkpoint.resume_at(mark, count, same_file=same_file)
     if at is None:
         raise UsageError(
             f"cannot resume {_named(conversation)}: the session has "
-            f"{_plural(count, 'message')}, the interrupted import left it at "
+            f"{plural(count, 'message')}, the interrupted import left it at "
             f"{mark.message_count}, so it changed since; {leave}"
         )
     return at
@@ -291,7 +285,7 @@ def _refused(
     where = f"messages {batch[0].line}-{batch[-1].line}" if len(batch) > 1 else "a message"
     if error.status == 400 and found and int(found.group(1)) < len(batch):
         where = f"message {batch[int(found.group(1))].line}"
-    imported = f", {_plural(done, 'message')} of it imported" if done else ""
+    imported = f", {plural(done, 'message')} of it imported" if done else ""
     return MalformedFile(
         export.name, None, f"{_named(conversation)}{imported}: the gateway refused {where}: "
         f"{error.message}{after}"
@@ -303,9 +297,9 @@ def _interrupted(run: _Run, importable: Sequence[Conversation], state: Path) -> 
     where = ""
     if run.current is not None and run.at is not None:
         total = len(run.current.messages)
-        where = f" ({run.at.done} of {_plural(total, 'message')} of {_named(run.current)})"
+        where = f" ({run.at.done} of {plural(total, 'message')} of {_named(run.current)})"
     return (
-        f"interrupted: {done} of {_plural(len(importable), 'conversation')} done{where}. "
+        f"interrupted: {done} of {plural(len(importable), 'conversation')} done{where}. "
         f"Run the same command again to resume (checkpoint: {state})."
     )
 
@@ -317,25 +311,25 @@ def _report(
     resumed = sum(1 for *_, again in run.imported if again)
     earlier = f", {resumed} of them resumed" if resumed else ""
     out.print(
-        f"imported {_plural(len(run.imported), 'conversation')} from {export.name} into "
-        f"sessions of user {args.user} ({_plural(sent, 'message')}){earlier}"
+        f"imported {plural(len(run.imported), 'conversation')} from {export.name} into "
+        f"sessions of user {args.user} ({plural(sent, 'message')}){earlier}"
     )
     for conversation, _, _ in run.imported:
         out.print(
-            f"  {conversation.session_id}  {_plural(len(conversation.messages), 'message')}, "
+            f"  {conversation.session_id}  {plural(len(conversation.messages), 'message')}, "
             f"{_dates(conversation)}  {conversation.title}"
         )
     empty = sum(1 for c in export.conversations if not c.messages)
     if empty:
         out.print(
-            f"skipped {_plural(empty, 'conversation')} with nothing to import (no text "
+            f"skipped {plural(empty, 'conversation')} with nothing to import (no text "
             "between the user and the assistant)"
         )
     if run.present:
-        out.print(f"skipped {_plural(len(run.present), 'conversation')} imported before")
+        out.print(f"skipped {plural(len(run.present), 'conversation')} imported before")
     for conversation, count in run.other:
         err.print(
             f"note: session {conversation.session_id} exists with "
-            f"{_plural(count, 'message')}, {_named(conversation)} has "
+            f"{plural(count, 'message')}, {_named(conversation)} has "
             f"{len(conversation.messages)}: left as it is (erase the session to import it)"
         )

@@ -34,6 +34,7 @@ from gateway.commands.transcript import (
     MessagesDigest,
     Transcript,
     read_transcript,
+    sent_prefix_changed,
 )
 
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
@@ -48,7 +49,7 @@ def state_file(args: argparse.Namespace) -> Path:
     return path.with_name(path.name + ".import-progress.json")
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
@@ -144,7 +145,7 @@ def run_import(args: argparse.Namespace, client: MemoryClient, out: Console, err
         more = ", …" if len(transcript.skipped) > 5 else ""
         word = "line" if len(transcript.skipped) == 1 else "lines"
         err.print(
-            f"note: skipping {_plural(len(transcript.skipped), 'system message')} "
+            f"note: skipping {plural(len(transcript.skipped), 'system message')} "
             f"({word} {lines}{more}): the system prompt is the client's, the gateway never "
             "stores it"
         )
@@ -156,7 +157,7 @@ def run_import(args: argparse.Namespace, client: MemoryClient, out: Console, err
     start = _resume(args, transcript, state, count, err)
     if count and not start:
         err.print(
-            f"note: session {session} already has {_plural(count, 'message')}: the file's "
+            f"note: session {session} already has {plural(count, 'message')}: the file's "
             "messages are added after them"
         )
 
@@ -175,7 +176,7 @@ def run_import(args: argparse.Namespace, client: MemoryClient, out: Console, err
     except KeyboardInterrupt:
         # The checkpoint on disk is already right: written before the batch was sent.
         err.print(
-            f"interrupted: {at.done} of {_plural(len(entries), 'message')} imported into "
+            f"interrupted: {at.done} of {plural(len(entries), 'message')} imported into "
             f"session {session}. Run the same command again to resume (checkpoint: {state})."
         )
         return INTERRUPTED
@@ -184,13 +185,13 @@ def run_import(args: argparse.Namespace, client: MemoryClient, out: Console, err
 
     skipped = len(transcript.skipped)
     earlier = f", {start} of them by an earlier run" if start else ""
-    note = f"; skipped {_plural(skipped, 'system message')}" if skipped else ""
+    note = f"; skipped {plural(skipped, 'system message')}" if skipped else ""
     out.print(
-        f"imported {_plural(done, 'message')} from {transcript.name} into session "
+        f"imported {plural(done, 'message')} from {transcript.name} into session "
         f"{session}{earlier}{note}"
     )
-    jobs = "" if pending is None else f", {_plural(int(pending), 'pending job')}"
-    out.print(f"session {session} now has {_plural(count, 'message')}{jobs}")
+    jobs = "" if pending is None else f", {plural(int(pending), 'pending job')}"
+    out.print(f"session {session} now has {plural(count, 'message')}{jobs}")
     return 0
 
 
@@ -212,14 +213,11 @@ def _resume(
         )
     entries = transcript.entries
     same_file = mark.file_sha256 == transcript.sha256
-    if not same_file and (
-        mark.done > len(entries)
-        or MessagesDigest(entries[: mark.done]).hexdigest() != mark.done_sha256
-    ):
+    if not same_file and sent_prefix_changed(mark, entries):
         raise UsageError(
             f"{transcript.name} changed since the interrupted import: its first "
-            f"{_plural(mark.done, 'message')} are not the ones imported; {restart} "
-            f"(after the session's {_plural(count, 'message')})"
+            f"{plural(mark.done, 'message')} are not the ones imported; {restart} "
+            f"(after the session's {plural(count, 'message')})"
         )
     at = checkpoint.resume_at(mark, count, same_file=same_file)
     if at is None:
@@ -227,11 +225,11 @@ def _resume(
         if mark.sending and same_file:
             expected += f" (or {mark.message_count + mark.sending} if its last batch landed)"
         raise UsageError(
-            f"cannot resume: session {args.session} has {_plural(count, 'message')}, the "
+            f"cannot resume: session {args.session} has {plural(count, 'message')}, the "
             f"interrupted import left it at {expected}, so it changed since; {restart}, "
             f"after the session's messages as they are now (checkpoint: {state})"
         )
-    err.print(f"resuming: {at} of {_plural(len(entries), 'message')} already imported")
+    err.print(f"resuming: {at} of {plural(len(entries), 'message')} already imported")
     return at
 
 
@@ -240,14 +238,14 @@ def _refused(
 ) -> CommandError:
     """The gateway's refusal of a batch, named by the file's line when it can be."""
     after = (
-        f"\nthe {_plural(done, 'message')} before that batch are imported: fix the file and "
+        f"\nthe {plural(done, 'message')} before that batch are imported: fix the file and "
         f"run the same command again to resume (checkpoint: {state})"
         if done
         else ""
     )
     if error.status == 413:
         return UsageError(
-            f"the batch of {_plural(len(batch), 'message')} from {transcript.name} "
+            f"the batch of {plural(len(batch), 'message')} from {transcript.name} "
             f"({_lines(batch)}) is larger than the gateway accepts (server.max_body_bytes): "
             f"use a smaller --batch{after}"
         )

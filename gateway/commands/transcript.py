@@ -24,15 +24,17 @@ import bisect
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from gateway.commands.checkpoint import Checkpoint
 from gateway.commands.failures import UsageError
 from gateway.dialects.chat.request import MessageShape, validation_error
+from gateway.dialects.exports import json_kind
 
 ROLES = ("user", "assistant", "tool", "system", "developer")
 SKIPPED_ROLES = ("system", "developer")
@@ -99,6 +101,15 @@ class MessagesDigest:
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
+
+
+def sent_prefix_changed(mark: Checkpoint, entries: Sequence[Entry]) -> bool:
+    """Whether the messages an interrupted import sent (``mark``) are no longer the first
+    ``entries`` of the file, which has changed since."""
+    return (
+        mark.done > len(entries)
+        or MessagesDigest(entries[: mark.done]).hexdigest() != mark.done_sha256
+    )
 
 
 def parse_transcript(
@@ -252,7 +263,7 @@ class _Walk:
                     raise MalformedFile(
                         self.name,
                         self.lines.of(pos),
-                        f'"messages" must be an array, not {_kind(value)}',
+                        f'"messages" must be an array, not {json_kind(value)}',
                     )
             else:
                 _, end = self.value(pos)
@@ -282,14 +293,6 @@ def _document_messages(text: str, start: int, name: str, lines: _Lines) -> list[
     return messages
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
-        type(value), "a number"
-    )
-
-
 def _shown(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= _SHOWN_VALUE_CHARS else text[: _SHOWN_VALUE_CHARS - 1] + "…"
@@ -298,7 +301,7 @@ def _shown(value: Any) -> str:
 def _entry(value: Any, line: int, name: str) -> Entry:
     """``value`` checked as a message (the gateway's rules), ``index`` dropped."""
     if not isinstance(value, dict):
-        raise MalformedFile(name, line, f"expected a message object, found {_kind(value)}")
+        raise MalformedFile(name, line, f"expected a message object, found {json_kind(value)}")
     if "role" not in value:
         raise MalformedFile(name, line, 'message has no "role"')
     role = value["role"]
@@ -311,7 +314,8 @@ def _entry(value: Any, line: int, name: str) -> Entry:
         raise MalformedFile(
             name,
             line,
-            f'"content" must be a string, an array of content parts, or null, not {_kind(content)}',
+            '"content" must be a string, an array of content parts, or null, '
+            f"not {json_kind(content)}",
         )
     message = {k: v for k, v in value.items() if k != "index"}
     try:

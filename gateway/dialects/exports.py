@@ -74,7 +74,7 @@ class Conversation:
 def read_conversation(fmt: str, number: int, value: Any) -> Conversation:
     """The conversation ``value`` (the ``number``-th of an export in format ``fmt``)."""
     if not isinstance(value, dict):
-        raise ExportError(number, f"expected a conversation object, found {_kind(value)}")
+        raise ExportError(number, f"expected a conversation object, found {json_kind(value)}")
     if fmt == "chatgpt":
         return _chatgpt(number, value)
     if fmt == "claude":
@@ -85,7 +85,7 @@ def read_conversation(fmt: str, number: int, value: Any) -> Conversation:
 def read_export(fmt: str, data: Any) -> Iterator[Conversation]:
     """Every conversation of a whole export already decoded (the memory API's body)."""
     if not isinstance(data, list):
-        raise ExportError(None, f"expected an array of conversations, found {_kind(data)}")
+        raise ExportError(None, f"expected an array of conversations, found {json_kind(data)}")
     for number, value in enumerate(data, start=1):
         yield read_conversation(fmt, number, value)
 
@@ -97,7 +97,7 @@ def _chatgpt(number: int, value: dict[str, Any]) -> Conversation:
     mapping = value.get("mapping")
     if not isinstance(mapping, dict):
         hint = ": is this a Claude export?" if "chat_messages" in value else ""
-        raise ExportError(number, f'"mapping" must be an object, not {_kind(mapping)}{hint}')
+        raise ExportError(number, f'"mapping" must be an object, not {json_kind(mapping)}{hint}')
     source_id, session_id = _ids("chatgpt", value.get("conversation_id") or value.get("id"), number)
     fallback = _seconds(value.get("create_time"))
     messages: list[dict[str, Any]] = []
@@ -107,7 +107,7 @@ def _chatgpt(number: int, value: dict[str, Any]) -> Conversation:
         if message is None:  # the root's placeholder
             continue
         if not isinstance(message, dict):
-            raise ExportError(number, f"a node's message is {_kind(message)}", source_id)
+            raise ExportError(number, f"a node's message is {json_kind(message)}", source_id)
         found = _chatgpt_message(message)
         if found is None:
             dropped += 1
@@ -195,14 +195,14 @@ def _claude(number: int, value: dict[str, Any]) -> Conversation:
     chat = value.get("chat_messages")
     if not isinstance(chat, list):
         hint = ": is this a ChatGPT export?" if "mapping" in value else ""
-        raise ExportError(number, f'"chat_messages" must be an array, not {_kind(chat)}{hint}')
+        raise ExportError(number, f'"chat_messages" must be an array, not {json_kind(chat)}{hint}')
     source_id, session_id = _ids("claude", value.get("uuid"), number)
     fallback = _iso(value.get("created_at"), number, source_id)
     messages: list[dict[str, Any]] = []
     dropped = 0
     for message in chat:
         if not isinstance(message, dict):
-            raise ExportError(number, f"a message is {_kind(message)}", source_id)
+            raise ExportError(number, f"a message is {json_kind(message)}", source_id)
         sender = message.get("sender")
         role = {"human": "user", "assistant": "assistant"}.get(
             sender.lower() if isinstance(sender, str) else ""
@@ -298,7 +298,8 @@ def _title(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """What a JSON value is, as an error message names it ("an object", "null"...)."""
     if value is None:
         return "null"
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(

@@ -13,14 +13,11 @@ Deselected unless ``-m local_model`` (``scripts/test-local-model``).
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -32,6 +29,7 @@ from devsupport.stored import stored_log
 from gateway.memory.model import content_text
 from tests.integration.test_vercel_ai import converse
 from tests.support.fixtures import GatewayFactory
+from tests.support.local_model import serving
 
 pytestmark = pytest.mark.local_model
 
@@ -63,29 +61,13 @@ def quick_start(tmp_path: Path, smollm2: str) -> Iterator[str]:
     config = tmp_path / "local.yaml"
     config.write_text(readme_local_config(smollm2))
     port = free_port()
-    log = tmp_path / "gateway.log"
-    with log.open("wb") as output:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config),
-             "--port", str(port)],
-            cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config),
+               "--port", str(port)]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the gateway did not start in 60 s"
-            time.sleep(0.2)  # polled until it answers
+    # Its embedded Redis keeps its files in its working directory: the test's own.
+    log = tmp_path / "gateway.log"
+    with serving(command, url + "/healthz", log, seconds=60, cwd=tmp_path):
         yield url
-    finally:
-        server.terminate()
-        server.wait(20)
 
 
 def test_the_readme_quick_start_remembers_the_seat_through_both_apis(quick_start: str) -> None:
