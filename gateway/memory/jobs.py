@@ -82,7 +82,7 @@ def schedule(
             jobs.append(Job("recursive", max(1, end - recursive.every + 1), end, n))
     if composition.rolling is not None:
         jobs += _rolling_jobs(composition, history, count_before, turns_before)
-    if composition.recall is not None and composition.recall.embeddings is not None:
+    if composition.recall is not None and composition.recall.reranker is not None:
         jobs.append(Job("embed", count_before + 1, count_after, count_after))
     return jobs
 

@@ -1,5 +1,6 @@
 """Recall for one request: the archive's messages that best match its newest question,
-reranked by an embeddings model when one is configured."""
+reranked by an embeddings model or the in-process sentence encoder when one is
+configured."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from collections.abc import Iterator, Sequence
 
 from gateway.errors import EmbeddingsUnavailable
 from gateway.memory import recall, rerank
-from gateway.memory.archive import Archive
+from gateway.memory.archive import Archive, day_of
 from gateway.memory.assemble import Recalled, window_units
 from gateway.memory.model import Message, Tiers
 from gateway.memory.reconcile import Reconciled
-from gateway.presets import Composition, EmbeddingsConfig, RecallTier
+from gateway.presets import Composition, EmbeddingsConfig, EncoderConfig, RecallTier
 from gateway.service.planning import Planner
 from gateway.service.ports import Embedder, SessionStore
 from gateway.store.keys import SessionKeys
@@ -46,6 +47,17 @@ def _context(prior: Sequence[Message]) -> list[str]:
     return [_searched(m.text) for m in prior[-2:] if m.role in ("user", "assistant") and m.text]
 
 
+def _today(plan: Reconciled, archives: Sequence[Archive]) -> int:
+    """The conversation's present, which "yesterday" and "last week" are read from: the
+    day of the new user message when it says when it was sent, else of the newest
+    message recorded in the archives searched (not the clock's: an imported conversation
+    lies in the past)."""
+    sent = next((m.ts for m in reversed(plan.new) if m.role == "user" and m.ts > 0), 0.0)
+    if sent <= 0:
+        sent = max((a.messages[-1].ts for a in archives if a.messages), default=0.0)
+    return day_of(sent)
+
+
 class Recall:
     def __init__(
         self,
@@ -62,7 +74,7 @@ class Recall:
         self.composition = composition
         self.budget_tokens = budget_tokens
         self.vectors = vectors  # fused with words (None: words only)
-        self.embedder = embedder  # the optional /v1/embeddings reranker
+        self.embedder = embedder  # the optional reranker: /v1/embeddings or the encoder
 
     async def search(
         self,
@@ -96,20 +108,23 @@ class Recall:
             _context(plan.prior),
             known=recall.vocabulary(searched),
             embed=self.vectors.query if self.vectors is not None else None,
+            today=_today(plan, searched),
         )
         weights = recall.Weights(
             semantic=tier.semantic_weight if self.vectors is not None else 0.0,
             neighbour=tier.neighbour_weight,
         )
-        # Enough hits to fill the budget with short lines (a line is ~25 tokens).
-        limit = max(64, self.budget_tokens // 12)
+        reranker = tier.reranker
+        # Enough hits to fill the budget with short lines (a line is ~25 tokens), and as
+        # many as a reranker reorders: its candidates come from these.
+        limit = max(64, self.budget_tokens // 12, reranker.candidates if reranker else 0)
         hits = [
             hit
             for hit in recall.rank(sources, built, limit=limit, weights=weights)
             if hit.score >= tier.min_score
         ]
-        if tier.embeddings is not None and self.embedder is not None and len(hits) > 1:
-            hits = await self._rerank(keys, query, hits, tier.embeddings)
+        if reranker is not None and self.embedder is not None and len(hits) > 1:
+            hits = await self._rerank(keys, query, hits, reranker)
         return self._resolved(hits, sources, sessions, model)
 
     def _resolved(
@@ -138,7 +153,11 @@ class Recall:
             yield _new(Recalled, (message, sessions[hit.source], hit.score, lead_in, source))
 
     async def _rerank(
-        self, keys: SessionKeys, query: str, hits: list[recall.Hit], config: EmbeddingsConfig
+        self,
+        keys: SessionKeys,
+        query: str,
+        hits: list[recall.Hit],
+        config: EmbeddingsConfig | EncoderConfig,
     ) -> list[recall.Hit]:
         """The best candidates reordered by the embeddings model; on any failure, as they
         were."""
@@ -152,5 +171,5 @@ class Recall:
             return hits
         own = [hit.index for hit in head if hit.source == 0]
         stored = await self.store.vectors(keys, own)
-        vectors = {index: rerank.unpack(raw) for index, raw in stored.items()}
+        vectors = {index: rerank.unpacked(raw) for index, raw in stored.items()}
         return rerank.rerank(head, vector, vectors, weight=config.weight) + rest

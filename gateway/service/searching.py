@@ -92,8 +92,10 @@ class Search:
 
     def _weights(self, *, short: bool) -> recall.Weights:
         semantic = self.tier.semantic_weight if self.held.vectors is not None else 0.0
-        if short:  # no neighbours to spill onto, too short to expand the query from
-            return recall.Weights(semantic=semantic, neighbour=0.0, feedback=0.0)
+        if short:  # not a conversation: no neighbours, too short to expand the query from
+            return recall.Weights(
+                semantic=semantic, neighbour=0.0, feedback=0.0, around=0.0, spread=False
+            )
         return recall.Weights(semantic=semantic, neighbour=self.tier.neighbour_weight)
 
     def _query(self, query: str, archives: Sequence[Archive]) -> recall.Query:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import random
 from typing import Any
 
@@ -94,6 +95,30 @@ def test_a_changed_fact_supersedes_the_old_one(
     facts_section = memory_message.split("## Key facts\n", 1)[1].split("\n\n", 1)[0]
     assert "22A" in facts_section and "9am" in facts_section
     assert "14C" not in facts_section and "10am" not in facts_section
+    memory.http.close()
+
+
+def test_yesterday_is_the_imported_conversations_not_the_clocks(
+    recall_gateway: Any, api_key: str, session_id: str
+) -> None:
+    """An imported conversation lies in the past: "yesterday" is the day before its
+    newest message, whatever the day the question is asked."""
+    memory = Memory(recall_gateway, api_key, session_id)
+    first = datetime.datetime(2023, 3, 1, 19, tzinfo=datetime.UTC).timestamp()
+    planted = {
+        5: "For dinner I ate sushi, the best dinner in weeks.",  # 1 March
+        25: "For dinner I ate pizza.",  # 4 March: the day before the last, 33 to 40
+    }
+    messages = [
+        {"role": "user" if i % 2 else "assistant", "content": planted.get(i, f"Filler {i}."),
+         "timestamp": first + (i - 1) // 8 * 86_400 + i * 60}
+        for i in range(1, 41)
+    ]  # fmt: skip
+    import_all(memory, messages)
+    context = memory.context("What did I eat for dinner yesterday?")
+    assert context["receipt"]["recalled"][0] == "25"
+    # Without a time named, the better match of words comes first.
+    assert memory.context("What did I eat for dinner?")["receipt"]["recalled"][0] == "5"
     memory.http.close()
 
 

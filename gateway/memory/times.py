@@ -1,0 +1,301 @@
+"""The times a question names, as spans of calendar days (pure).
+
+Recall favours the messages of a time the question names (``recall.DATE_BOOST``): a date
+written out ("on 29 Dec 2023", ``named_days``), and a time said relative to the
+conversation's present or by its name (``named_spans``): "yesterday", "two weeks ago",
+"last month", "on Monday", "in May", "at Christmas". The present is the conversation's,
+not the clock's: an imported conversation asked about today still says "yesterday" of
+its own last days.
+
+Days are proleptic ordinals (``archive.day_of``); a span is its first and last day. What
+is read is English as people write it in chat, and only what names one time: "in the
+past" or "some day" names none, and "next week" names days no message has yet.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Callable
+
+Span = tuple[int, int]  # first and last day, both included
+
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+    )
+}
+_MONTH = (
+    r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+# Dates as people write them: 2024-01-05, 5 Jan 2024, the 5th of January 2024, January 5,
+# 2024, 05.01.2024 and 05/01/2024 (day first, as most of the world writes it).
+_DATES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], tuple[int, int, int]]]] = [
+    (
+        re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"),
+        lambda m: (int(m[1]), int(m[2]), int(m[3])),
+    ),
+    (
+        re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\.?,?\s+(\d{{4}})\b"),
+        lambda m: (int(m[3]), _MONTHS[m[2][:3]], int(m[1])),
+    ),
+    (
+        re.compile(rf"\b{_MONTH}\.?\s+{_DAY},?\s+(\d{{4}})\b"),
+        lambda m: (int(m[3]), _MONTHS[m[1][:3]], int(m[2])),
+    ),
+    (
+        re.compile(r"\b(\d{1,2})[./](\d{1,2})[./](\d{4})\b"),
+        lambda m: (int(m[3]), int(m[2]), int(m[1])),
+    ),
+]
+
+
+def named_days(text: str) -> frozenset[int]:
+    """The calendar days a text writes out as dates."""
+    lower = text.lower()
+    found = set()
+    for pattern, parts in _DATES:
+        for match in pattern.finditer(lower):
+            try:
+                found.add(datetime.date(*parts(match)).toordinal())
+            except ValueError:
+                continue  # "31.02.2024", "13/25/2024"
+    return frozenset(found)
+
+
+# --- Times relative to the present, and named ones ---------------------------------------
+
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_NUMBERS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+    "a couple of": 2, "couple of": 2, "a few": 3, "few": 3,
+}  # fmt: skip
+_VAGUE = frozenset({"a couple of", "couple of", "a few", "few"})
+_COUNT = r"(\d{1,3}|a\s+couple\s+of|couple\s+of|a\s+few|few|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"  # noqa: E501
+_UNIT = r"(day|week|month|year)s?"
+# How loosely "N days ago" is meant: a day either way ("two days ago" of Monday evening,
+# said on Wednesday morning); "N weeks ago", half a week either way.
+_DAY_SLACK = 1
+_WEEK_SLACK = 3
+
+_AGO = re.compile(rf"\b{_COUNT}\s+{_UNIT}\s+ago\b")
+# "the past week", "the last three days" (not "the last day of school").
+_PAST = re.compile(rf"\b(?:past\s+(?:{_COUNT}\s+)?{_UNIT}|last\s+{_COUNT}\s+{_UNIT})\b")
+_CALENDAR = re.compile(r"(?<!\bthe\s)\b(last|this)\s+(week|month|year)\b")
+_WEEKEND = re.compile(r"\b(?:(last|this)\s+|the\s+)weekend\b")
+_WEEKDAY = re.compile(rf"\b(?:on|last|this\s+past)\s+({'|'.join(_WEEKDAYS)})\b")
+_SIMPLE = re.compile(
+    r"\b(today|tonight|this\s+(?:morning|afternoon|evening)|yesterday|last\s+night"
+    r"|the\s+day\s+before\s+yesterday)\b"
+)
+_SIMPLE_DAYS = {"today": 0, "tonight": 0, "yesterday": 1, "last night": 1}
+# A month said alone: "in May", "last March", "May 2023" (not "may I", not "5 May 2024",
+# a date ``named_days`` reads).
+_MONTH_ALONE = re.compile(
+    rf"\b(?:(in|during|since|last|early|late|mid|of)\s+{_MONTH}(?:\s+(\d{{4}}))?"
+    rf"|{_MONTH}\s+(\d{{4}}))\b"
+)
+# A day of a month without a year: "5 May", "the 5th of May", "May 5th" (not "May 2023").
+_DAY_OF_MONTH = re.compile(
+    rf"\b(?:{_DAY}\s+(?:of\s+)?{_MONTH}|{_MONTH}\.?\s+{_DAY})\b(?!,?\s*\d{{4}})(?!\d)"
+)
+_HOLIDAYS = re.compile(
+    r"\b(?:(christmas\s+eve)|(christmas|xmas)|(new\s+year'?s'?\s+eve|nye)"
+    r"|(new\s+year'?s'?\s+day)|(new\s+year'?s?))\b(?:\s+(\d{4}))?"
+)
+# Each holiday's first and last day as (year, month, day), the year counted from the one
+# it ends in, in the order of ``_HOLIDAYS``' groups.
+_HOLIDAY_DAYS = [
+    ((0, 12, 24), (0, 12, 24)),  # Christmas Eve
+    ((0, 12, 24), (0, 12, 26)),  # Christmas (its eve to Boxing Day)
+    ((0, 12, 31), (0, 12, 31)),  # New Year's Eve
+    ((0, 1, 1), (0, 1, 1)),  # New Year's Day
+    ((-1, 12, 31), (0, 1, 1)),  # the new year: the night it turns, either side of midnight
+]
+MOST_SPANS = 8  # a question naming more times than this is read for its first ones
+
+
+def _readers() -> tuple[Callable[[str, datetime.date], list[Span]], ...]:
+    return (
+        _simple, _ago, _past, _calendar, _weekend, _weekday, _day_of_month, _month, _holiday
+    )  # fmt: skip
+
+
+def named_spans(text: str, today: int) -> tuple[Span, ...]:
+    """The spans of days a text names, each with the day after (people answer after
+    midnight, and tell of a day the next): its written-out dates; without any, the
+    times it says relative to ``today`` or by their name, which end on ``today`` at the
+    latest (none without a known present: ``today`` 0). At most ``MOST_SPANS``, in the
+    order found, each once."""
+    found = [(day, day + 1) for day in sorted(named_days(text))]
+    # A question that writes out a date reads its other times from it ("on Friday before
+    # 10.01.2024"), not from the present: those are left to its words.
+    if today > 0 and not found:
+        lower = text.lower()
+        date = datetime.date.fromordinal(today)
+        for read in _readers():
+            try:
+                spans = read(lower, date)
+            except ValueError:
+                continue  # a day outside the calendar's years ("999 months ago" in year 5)
+            found += [(first, min(last + 1, today)) for first, last in spans if first <= today]
+    return tuple(dict.fromkeys(found))[:MOST_SPANS]
+
+
+def _ordinal(year: int, month: int, day: int) -> int:
+    return datetime.date(year, month, day).toordinal()
+
+
+def _month_span(year: int, month: int) -> Span:
+    first = datetime.date(year, month, 1)
+    after = datetime.date(year + month // 12, month % 12 + 1, 1)
+    return first.toordinal(), after.toordinal() - 1
+
+
+def _months_back(date: datetime.date, n: int) -> tuple[int, int]:
+    months = date.year * 12 + date.month - 1 - n
+    return months // 12, months % 12 + 1
+
+
+def _simple(lower: str, date: datetime.date) -> list[Span]:
+    today = date.toordinal()
+    found = []
+    for match in _SIMPLE.finditer(lower):
+        said = " ".join(match[1].split())
+        back = 2 if said.startswith("the day") else _SIMPLE_DAYS.get(said, 0)
+        found.append((today - back, today - back))
+    return found
+
+
+def _ago(lower: str, date: datetime.date) -> list[Span]:
+    today = date.toordinal()
+    found = []
+    for match in _AGO.finditer(lower):
+        n = _count(match[1])
+        unit = match[2]
+        if unit in ("month", "year") and " ".join(match[1].split()) in _VAGUE:
+            continue  # "a few years ago": too vague to name one
+        if unit == "day":
+            found.append((today - n - _DAY_SLACK, today - n + _DAY_SLACK))
+        elif unit == "week":
+            found.append((today - 7 * n - _WEEK_SLACK, today - 7 * n + _WEEK_SLACK))
+        elif unit == "month":
+            found.append(_month_span(*_months_back(date, n)))
+        elif date.year - n >= 1:
+            found.append((_ordinal(date.year - n, 1, 1), _ordinal(date.year - n, 12, 31)))
+    return found
+
+
+def _past(lower: str, date: datetime.date) -> list[Span]:
+    """ "the past week", "the last three days": up to today."""
+    today = date.toordinal()
+    found = []
+    for match in _PAST.finditer(lower):
+        said, unit = (match[1], match[2]) if match[2] else (match[3], match[4])
+        n = _count(said) if said else 1
+        length = {"day": 1, "week": 7, "month": 30, "year": 365}[unit]
+        found.append((today - n * length, today))
+    return found
+
+
+def _calendar(lower: str, date: datetime.date) -> list[Span]:
+    """ "last week" (Monday to Sunday), "this month", "last year"."""
+    today = date.toordinal()
+    found = []
+    for which, unit in _CALENDAR.findall(lower):
+        back = 1 if which == "last" else 0
+        if unit == "week":
+            monday = today - date.weekday() - 7 * back
+            found.append((monday, monday + 6))
+        elif unit == "month":
+            found.append(_month_span(*_months_back(date, back)))
+        elif date.year - back >= 1:
+            year = date.year - back
+            found.append((_ordinal(year, 1, 1), _ordinal(year, 12, 31)))
+    return found
+
+
+def _weekend(lower: str, date: datetime.date) -> list[Span]:
+    """ "last weekend": the one before this week; "this weekend", "the weekend": the
+    latest one begun."""
+    today = date.toordinal()
+    found = []
+    for match in _WEEKEND.finditer(lower):
+        saturday = today - (date.weekday() - 5) % 7  # the latest Saturday, today or before
+        if match[1] == "last" and date.weekday() >= 5:
+            saturday -= 7
+        found.append((saturday, saturday + 1))
+    return found
+
+
+def _weekday(lower: str, date: datetime.date) -> list[Span]:
+    """ "on Monday", "last Monday": the latest Monday before today."""
+    today = date.toordinal()
+    found = []
+    for name in _WEEKDAY.findall(lower):
+        back = (date.weekday() - _WEEKDAYS.index(name)) % 7 or 7
+        found.append((today - back, today - back))
+    return found
+
+
+def _day_of_month(lower: str, date: datetime.date) -> list[Span]:
+    """ "on 5 May", "May 5th", without a year: the latest such day, today or before."""
+    today = date.toordinal()
+    found = []
+    for match in _DAY_OF_MONTH.finditer(lower):
+        day, name = (match[1], match[2]) if match[1] else (match[4], match[3])
+        month, number = _MONTHS[name[:3]], int(day)
+        for year in (date.year, date.year - 1):
+            try:
+                ordinal = _ordinal(year, month, number)
+            except ValueError:
+                continue  # "31 June"; 29 February of another year
+            if ordinal <= today:
+                found.append((ordinal, ordinal))
+                break
+    return found
+
+
+def _month(lower: str, date: datetime.date) -> list[Span]:
+    """ "in May": the latest May begun (this year's, or last year's before May); "May
+    2023", "in May 2023": that one; "since May": from it to today."""
+    found = []
+    for match in _MONTH_ALONE.finditer(lower):
+        name, year = (match[2], match[3]) if match[2] else (match[4], match[5])
+        month = _MONTHS[name[:3]]
+        if year is not None:
+            found.append(_month_span(int(year), month))
+        elif match[1] != "of":  # "of May" without a year: a day of it (``_day_of_month``)
+            latest = date.year if month <= date.month else date.year - 1
+            if match[1] == "last" and month == date.month:
+                latest -= 1
+            first, last = _month_span(latest, month)
+            found.append((first, date.toordinal() if match[1] == "since" else last))
+    return found
+
+
+def _holiday(lower: str, date: datetime.date) -> list[Span]:
+    """Christmas and the new year: the one of the year written ("New Year 2025" turns
+    into 2025), or else the latest begun."""
+    today = date.toordinal()
+    found = []
+    for match in _HOLIDAYS.finditer(lower):
+        which = next(i for i in range(5) if match[i + 1] is not None)
+        (y1, m1, d1), (y2, m2, d2) = _HOLIDAY_DAYS[which]
+        years = [int(match[6])] if match[6] else [date.year + 1, date.year, date.year - 1]
+        for year in years:
+            if not 2 <= year <= 9998:
+                break
+            first = _ordinal(year + y1, m1, d1)
+            if first <= today or match[6]:
+                found.append((first, _ordinal(year + y2, m2, d2)))
+                break
+    return found
+
+
+def _count(said: str) -> int:
+    return int(said) if said.isdigit() else _NUMBERS[" ".join(said.split())]

@@ -1,0 +1,185 @@
+"""The times a question names: written-out dates, and times relative to the present."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.memory.times import MOST_SPANS, named_days, named_spans
+
+
+def ordinal(text: str) -> int:
+    return datetime.date.fromisoformat(text).toordinal()
+
+
+# Saturday 27 January 2024: the newest message of an imported conversation, say.
+TODAY = ordinal("2024-01-27")
+
+
+def spans(text: str, today: int = TODAY) -> list[tuple[str, str]]:
+    return [
+        (datetime.date.fromordinal(a).isoformat(), datetime.date.fromordinal(b).isoformat())
+        for a, b in named_spans(text, today)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("on 29 Dec 2023?", "2023-12-29"),
+        ("the 10th of February 2024", "2024-02-10"),
+        ("on 10.01.2024", "2024-01-10"),
+        ("on 05/01/2024", "2024-01-05"),
+        ("5 January 2024", "2024-01-05"),
+        ("Dec 29, 2023", "2023-12-29"),
+        ("September 3rd, 2025", "2025-09-03"),
+        ("2024-01-03", "2024-01-03"),
+    ],
+)
+def test_dates_people_write_are_read(text: str, expected: str) -> None:
+    assert named_days(text) == {ordinal(expected)}
+    # A span: the day, and the next (people answer after midnight), present or not.
+    assert (
+        spans(text)
+        == spans(text, today=0)
+        == [
+            (
+                expected,
+                (datetime.date.fromisoformat(expected) + datetime.timedelta(days=1)).isoformat(),
+            )
+        ]
+    )
+
+
+@pytest.mark.parametrize("text", ["31.02.2024", "13/25/2024", "version 2024", "at 10.30", ""])
+def test_what_is_not_a_date_is_not_read_as_one(text: str) -> None:
+    assert named_days(text) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each span with the day after it, up to today at the latest.
+        ("What did I eat yesterday?", ("2024-01-26", "2024-01-27")),
+        ("where were we last night", ("2024-01-26", "2024-01-27")),
+        ("the day before yesterday", ("2024-01-25", "2024-01-26")),
+        ("what did I say this morning?", ("2024-01-27", "2024-01-27")),
+        ("three days ago", ("2024-01-23", "2024-01-26")),  # a day either way
+        ("a few days ago", ("2024-01-23", "2024-01-26")),
+        ("2 weeks ago", ("2024-01-10", "2024-01-17")),  # half a week either way
+        ("last week", ("2024-01-15", "2024-01-22")),  # Monday to Sunday
+        ("this week", ("2024-01-22", "2024-01-27")),
+        ("over the past week", ("2024-01-20", "2024-01-27")),
+        ("in the last three days", ("2024-01-24", "2024-01-27")),
+        ("last month", ("2023-12-01", "2024-01-01")),
+        ("two months ago", ("2023-11-01", "2023-12-01")),
+        ("last year", ("2023-01-01", "2024-01-01")),
+        ("last weekend", ("2024-01-20", "2024-01-22")),  # today is Saturday: not today's
+        ("over the weekend", ("2024-01-27", "2024-01-27")),
+        ("on Monday", ("2024-01-22", "2024-01-23")),
+        ("last Saturday", ("2024-01-20", "2024-01-21")),  # the one before today
+        ("in May", ("2023-05-01", "2023-06-01")),  # the latest May begun
+        ("in January", ("2024-01-01", "2024-01-27")),
+        ("May 2022", ("2022-05-01", "2022-06-01")),
+        ("since November", ("2023-11-01", "2024-01-27")),
+        ("on 5 May", ("2023-05-05", "2023-05-06")),  # the latest, today or before
+        ("the 20th of January", ("2024-01-20", "2024-01-21")),
+        ("January 30th", ("2023-01-30", "2023-01-31")),
+        ("at Christmas", ("2023-12-24", "2023-12-27")),
+        ("on New Year's Eve", ("2023-12-31", "2024-01-01")),
+        ("how did you celebrate the new year?", ("2023-12-31", "2024-01-02")),
+        ("New Year 2023", ("2022-12-31", "2023-01-02")),
+    ],
+)
+def test_times_said_relative_to_the_present_are_read_from_it(
+    text: str, expected: tuple[str, str]
+) -> None:
+    assert spans(text) == [expected]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "may I ask you something?",
+        "the last day of school",
+        "the last week of the semester",
+        "a few years ago",  # too vague to name one
+        "next week",  # no message is from then yet
+        "New Year 2025",
+        "what is the weekly planning?",
+        "in the past",
+    ],
+)
+def test_what_names_no_time_of_the_conversation_is_not_read(text: str) -> None:
+    assert spans(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "today"),
+    [
+        ("December 9999", TODAY),
+        ("in May 0000", TODAY),
+        ("999 months ago", ordinal("0005-03-01")),
+        ("last month", ordinal("0001-01-15")),
+        ("on 31 June", TODAY),
+        ("at Christmas", ordinal("0001-06-01")),
+    ],
+)
+def test_a_time_outside_the_calendar_is_no_time(text: str, today: int) -> None:
+    assert spans(text, today) == []
+
+
+def test_relative_times_need_a_present() -> None:
+    assert spans("what did I eat yesterday?", today=0) == []
+
+
+def test_a_written_date_anchors_the_question_not_the_present() -> None:
+    # "Friday" is the one before the 10th, not the one before today: left to the words.
+    assert spans("What did she bake on Friday before 10.01.2024?") == [("2024-01-10", "2024-01-11")]
+
+
+def test_several_times_are_read_each_once_and_at_most_a_few() -> None:
+    assert spans("yesterday, or was it yesterday? or last week") == [
+        ("2024-01-26", "2024-01-27"),
+        ("2024-01-15", "2024-01-22"),
+    ]
+    many = " ".join(f"{n} days ago" for n in range(1, 20))
+    assert len(named_spans(many, TODAY)) == MOST_SPANS
+
+
+@given(st.text(max_size=200), st.integers(min_value=0, max_value=ordinal("9999-12-31")))
+@settings(max_examples=300, deadline=None)
+def test_reading_times_never_fails(text: str, today: int) -> None:
+    assert isinstance(named_days(text), frozenset)
+    for first, last in named_spans(text, today):
+        assert first <= last
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "yesterday",
+                "3 days ago",
+                "last week",
+                "in May",
+                "at Christmas",
+                "on Monday",
+                "last year",
+                "two months ago",
+                "the new year",
+                "last weekend",
+                "past week",
+            ]
+        ),
+        max_size=4,
+    ).map(" and ".join),
+    st.dates(min_value=datetime.date(2, 1, 1), max_value=datetime.date(9998, 12, 31)),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_relative_time_ends_by_today(text: str, today: datetime.date) -> None:
+    for first, last in named_spans(text, today.toordinal()):
+        assert first <= last <= today.toordinal()
