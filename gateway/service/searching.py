@@ -96,7 +96,12 @@ class Search:
             return recall.Weights(
                 semantic=semantic, neighbour=0.0, feedback=0.0, around=0.0, spread=False
             )
-        return recall.Weights(semantic=semantic, neighbour=self.tier.neighbour_weight)
+        # Excerpts are ranked on one scale with facts and pins: the lift around strong hits
+        # and the spread of words, which fill a context, would put a conversation's
+        # messages above the facts drawn from them (a correction below what it replaces).
+        return recall.Weights(
+            semantic=semantic, neighbour=self.tier.neighbour_weight, around=0.0, spread=False
+        )
 
     def _query(self, query: str, archives: Sequence[Archive]) -> recall.Query:
         vectors = self.held.vectors
