@@ -19,7 +19,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from gateway.commands.api_client import ApiError, MemoryClient
 from gateway.commands.checkpoint import Checkpoint
 from gateway.commands.failures import UsageError
 from gateway.commands.importer import (
+    BATCH_PARAM,
     INTERRUPTED,
     Refused,
     Sending,
@@ -40,21 +40,16 @@ from gateway.commands.importer import (
     send_batches,
     state_file,
 )
-from gateway.commands.transcript import Entry, MalformedFile, sent_prefix_changed
+from gateway.commands.transcript import (
+    DECODER,
+    Entry,
+    MalformedFile,
+    sent_prefix_changed,
+    skip_whitespace,
+)
 from gateway.dialects.exports import Conversation, ExportError, read_conversation
 
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-# "messages.3.content" (the gateway's name for a field of a batch's message).
-_PARAM = re.compile(r"messages\.(\d+)(?:\.(.+))?$")
 _SHOWN_TITLE_CHARS = 40
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-# As strict as the gateway: NaN and Infinity are not JSON.
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,39 +85,36 @@ def read_export_file(path: Path, fmt: str) -> ExportFile:
 
 def _conversation_values(text: str, name: str) -> Iterator[tuple[int, Any]]:
     """Each element of the file's top-level array, decoded one at a time."""
-    pos = _skip(text, 0)
+    pos = skip_whitespace(text, 0)
     if text[pos : pos + 1] != "[":
         found = {"": "an empty file", "{": "an object"}.get(text[pos : pos + 1], "something else")
         raise MalformedFile(
             name, None, f"expected the array of conversations of an export, found {found}"
         )
-    pos, number = _skip(text, pos + 1), 0
+    pos, number = skip_whitespace(text, pos + 1), 0
     if text[pos : pos + 1] == "]":
         pos += 1
     else:
         while True:
             number += 1
             try:
-                value, end = _DECODER.raw_decode(text, pos)
+                value, end = DECODER.raw_decode(text, pos)
             except json.JSONDecodeError as error:
                 raise _bad_json(text, name, error.pos, error.msg, number) from None
             except (ValueError, RecursionError) as error:  # NaN; nested past the stack
                 reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
                 raise _bad_json(text, name, pos, reason, number) from None
             yield number, value
-            pos = _skip(text, end)
+            pos = skip_whitespace(text, end)
             if text[pos : pos + 1] == "]":
                 pos += 1
                 break
             if text[pos : pos + 1] != ",":
                 raise _bad_json(text, name, pos, "expected ',' or ']'", number)
-            pos = _skip(text, pos + 1)
-    if _skip(text, pos) != len(text):
-        raise _bad_json(text, name, _skip(text, pos), "extra data after the array", number)
-
-
-def _skip(text: str, pos: int) -> int:
-    return _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
+            pos = skip_whitespace(text, pos + 1)
+    pos = skip_whitespace(text, pos)
+    if pos != len(text):
+        raise _bad_json(text, name, pos, "extra data after the array", number)
 
 
 def _bad_json(text: str, name: str, pos: int, reason: str, number: int) -> MalformedFile:
@@ -281,7 +273,7 @@ def _refused(
             f"{batch[0].line}-{batch[-1].line} is larger than the gateway accepts "
             f"(server.max_body_bytes): use a smaller --batch{after}"
         )
-    found = _PARAM.match(error.param or "")
+    found = BATCH_PARAM.match(error.param or "")
     where = f"messages {batch[0].line}-{batch[-1].line}" if len(batch) > 1 else "a message"
     if error.status == 400 and found and int(found.group(1)) < len(batch):
         where = f"message {batch[int(found.group(1))].line}"

@@ -39,7 +39,7 @@ from gateway.commands.transcript import (
 
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
 # "messages.3.content" (the gateway's form) or "messages[3].content".
-_PARAM = re.compile(r"messages(?:\.|\[)(\d+)\]?(?:\.(.+))?$")
+BATCH_PARAM = re.compile(r"messages(?:\.|\[)(\d+)\]?(?:\.(.+))?$")
 
 
 def state_file(args: argparse.Namespace) -> Path:
@@ -249,7 +249,7 @@ def _refused(
             f"({_lines(batch)}) is larger than the gateway accepts (server.max_body_bytes): "
             f"use a smaller --batch{after}"
         )
-    found = _PARAM.match(error.param or "")
+    found = BATCH_PARAM.match(error.param or "")
     if error.status == 400 and found and int(found.group(1)) < len(batch):
         entry = batch[int(found.group(1))]
         reason = error.message

@@ -117,7 +117,7 @@ def parse_transcript(
 ) -> tuple[Literal["jsonl", "document"], tuple[Entry, ...]]:
     """The format and every message of a file's text, each checked (``MalformedFile``)."""
     lines = _Lines(text)
-    start = _WHITESPACE.match(text).end()  # type: ignore[union-attr]
+    start = skip_whitespace(text, 0)
     if start == len(text):
         raise MalformedFile(name, None, "the file is empty")
     if text[start] == "[" or (text[start] == "{" and not _looks_like_jsonl(text)):
@@ -154,12 +154,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+# As strict as the gateway: NaN and Infinity are not JSON (the export import reads with it).
+DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def skip_whitespace(text: str, pos: int) -> int:
+    """The offset of the first character at or after ``pos`` that is not JSON whitespace."""
+    return _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
 
 
 def _decode(text: str) -> Any:
-    value, end = _DECODER.raw_decode(text, _WHITESPACE.match(text).end())  # type: ignore[union-attr]
-    if _WHITESPACE.match(text, end).end() != len(text):  # type: ignore[union-attr]
+    value, end = DECODER.raw_decode(text, skip_whitespace(text, 0))
+    if skip_whitespace(text, end) != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
     return value
 
@@ -205,7 +211,7 @@ class _Walk:
         self.lines = lines
 
     def skip(self, pos: int) -> int:
-        return _WHITESPACE.match(self.text, pos).end()  # type: ignore[union-attr]
+        return skip_whitespace(self.text, pos)
 
     def fail(self, pos: int, reason: str) -> MalformedFile:
         column = self.lines.column(pos)
@@ -215,7 +221,7 @@ class _Walk:
 
     def value(self, pos: int) -> tuple[Any, int]:
         try:
-            return _DECODER.raw_decode(self.text, pos)
+            return DECODER.raw_decode(self.text, pos)
         except json.JSONDecodeError as error:
             raise self.fail(error.pos, error.msg) from None
         except ValueError as error:  # NaN, Infinity
