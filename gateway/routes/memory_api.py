@@ -7,6 +7,7 @@ get the same 404.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -346,7 +347,8 @@ class MemoryAPI:
         """A ChatGPT or Claude data export (its ``conversations.json`` as the body): each
         conversation a session of the user, unless that session exists already (imported
         before: a retried or resumed import adds nothing twice)."""
-        user = await self._user(request)
+        caller = await self._caller(request)
+        user = user_keys(caller, request.path_params["uid"])
         fmt = request.query_params.get("format")
         if fmt not in FORMATS:
             raise InvalidRequest("format must be chatgpt or claude", param="format")
@@ -364,14 +366,16 @@ class MemoryAPI:
         importing = [(c, m) for c, m in read if m]
         # Every session is looked at before anything is written: one of another user's
         # refuses the whole import (404, as for any session the caller cannot see).
+        states = await asyncio.gather(*(
+            self.store.sessions.load(SessionKeys(user.tenant, c.session_id), 1)
+            for c, _ in importing
+        ))  # fmt: skip
         counts = []
-        for conversation, _ in importing:
-            keys = SessionKeys(user.tenant, conversation.session_id)
-            state = await self.store.sessions.load(keys, 1)
+        for (conversation, _), state in zip(importing, states, strict=True):
             if another_users(state.user_id, user.user_id):
                 raise NotFound(f"session {conversation.session_id!r} not found", param="session_id")
             counts.append(state.message_count)
-        quota = (await self._caller(request)).quota_bytes
+        quota = caller.quota_bytes
         sessions, imported, sent = [], 0, 0
         for (conversation, messages), count in zip(importing, counts, strict=True):
             status = "existing"
