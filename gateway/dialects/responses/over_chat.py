@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import codec
-from gateway.dialects.chat.parts import text_only
+from gateway.dialects.chat.parts import chat_shaped
 from gateway.dialects.responses.watch import error_event
 from gateway.errors import InvalidRequest
 from gateway.upstream.sse import SSEDecoder
@@ -107,18 +107,17 @@ def _chat_messages(instructions: Any, context: Sequence[dict[str, Any]]) -> list
     (joined to the context's own, if it starts with one: many local chat templates take
     one system message, first), ``developer`` as ``system``, and no reference memory
     could not resolve (an assistant message without content or calls: nothing to send).
-    Content of text parts alone is sent as one string (``chat.parts.text_only``)."""
-    messages = []
+    Each message's content is shaped as the chat route shapes it (``chat.parts.chat_shaped``:
+    text parts alone as one string, a part chat does not take as a short text)."""
+    kept = []
     for message in context:
         unresolved = message.get("content") is None and not message.get("tool_calls")
         if message.get("role") == "assistant" and unresolved:
             continue
         if message.get("role") == "developer":
             message = {**message, "role": "system"}
-        text = text_only(message.get("content"))
-        if text is not None:
-            message = {**message, "content": text}
-        messages.append(message)
+        kept.append(message)
+    messages = chat_shaped(kept)
     if isinstance(instructions, str) and instructions:
         first = messages[0] if messages else None
         if first is not None and first["role"] == "system" and isinstance(first["content"], str):

@@ -109,6 +109,16 @@ def test_content_of_text_parts_alone_is_one_string_others_are_kept() -> None:
     ]  # fmt: skip
 
 
+def test_a_part_chat_does_not_take_is_shaped_as_the_chat_route_shapes_it() -> None:
+    # Memory may hold a Responses-only part (a file by id); a chat upstream would refuse it.
+    parts = [{"type": "text", "text": "see"}, {"type": "input_file", "file_id": "file-1"}]
+    context = [{"role": "user", "content": parts}]
+    (message,) = chat_body({"model": "m"}, context)["messages"]
+    assert message["content"] == [
+        {"type": "text", "text": "see"}, {"type": "text", "text": "[input_file file-1]"}
+    ]  # fmt: skip
+
+
 def test_a_built_in_tool_is_refused_naming_it() -> None:
     body = {"model": "m", "input": "x", "tools": [TOOL, {"type": "web_search"}]}
     with pytest.raises(InvalidRequest) as raised:
