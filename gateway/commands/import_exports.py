@@ -41,9 +41,9 @@ from gateway.commands.importer import (
     state_file,
 )
 from gateway.commands.transcript import (
-    DECODER,
     Entry,
     MalformedFile,
+    raw_decode,
     sent_prefix_changed,
     skip_whitespace,
 )
@@ -98,12 +98,11 @@ def _conversation_values(text: str, name: str) -> Iterator[tuple[int, Any]]:
         while True:
             number += 1
             try:
-                value, end = DECODER.raw_decode(text, pos)
+                value, end = raw_decode(text, pos)
             except json.JSONDecodeError as error:
                 raise _bad_json(text, name, error.pos, error.msg, number) from None
-            except (ValueError, RecursionError) as error:  # NaN; nested past the stack
-                reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-                raise _bad_json(text, name, pos, reason, number) from None
+            except ValueError as error:  # NaN; nested past the stack
+                raise _bad_json(text, name, pos, str(error), number) from None
             yield number, value
             pos = skip_whitespace(text, end)
             if text[pos : pos + 1] == "]":

@@ -158,13 +158,22 @@ def _no_constant(name: str) -> Any:
 DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
+def raw_decode(text: str, pos: int) -> tuple[Any, int]:
+    """``DECODER.raw_decode``, with a value nested past Python's stack a ``ValueError``
+    like any other that is not JSON (not a crash with a traceback)."""
+    try:
+        return DECODER.raw_decode(text, pos)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def skip_whitespace(text: str, pos: int) -> int:
     """The offset of the first character at or after ``pos`` that is not JSON whitespace."""
     return _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
 
 
 def _decode(text: str) -> Any:
-    value, end = DECODER.raw_decode(text, skip_whitespace(text, 0))
+    value, end = raw_decode(text, skip_whitespace(text, 0))
     if skip_whitespace(text, end) != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
     return value
@@ -221,10 +230,10 @@ class _Walk:
 
     def value(self, pos: int) -> tuple[Any, int]:
         try:
-            return DECODER.raw_decode(self.text, pos)
+            return raw_decode(self.text, pos)
         except json.JSONDecodeError as error:
             raise self.fail(error.pos, error.msg) from None
-        except ValueError as error:  # NaN, Infinity
+        except ValueError as error:  # NaN, Infinity, nested too deeply
             raise MalformedFile(self.name, self.lines.of(pos), _json_problem(error)) from None
 
     def expect(self, pos: int, allowed: str, what: str) -> str:

@@ -62,3 +62,13 @@ def test_problems_are_named_by_line(text: str, problem: str) -> None:
     with pytest.raises(MalformedFile) as raised:
         parse_transcript(text, "f")
     assert str(raised.value).startswith(problem), str(raised.value)
+
+
+@pytest.mark.parametrize("document", [False, True])
+def test_a_message_nested_past_the_stack_is_named_not_a_crash(document: bool) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    line = f'{{"role": "user", "content": {deep}}}'
+    text = f"[{line}]" if document else line
+    with pytest.raises(MalformedFile) as raised:
+        parse_transcript(text, "chat.json")
+    assert "nested too deeply" in str(raised.value) and raised.value.line == 1
