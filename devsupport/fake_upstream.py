@@ -48,7 +48,9 @@ really forwarded the remembered message. The ``model`` field selects a behaviour
                      (``prompt_tokens_details.cached_tokens``; the others say nothing of it)
 
 ``POST /v1/responses`` speaks the Responses API (``fake_responses``), answering the same
-way from its ``instructions`` and ``input``.
+way from its ``instructions`` and ``input``; ``POST /v1/messages`` (and its
+``/count_tokens``) Anthropic's Messages API (``fake_anthropic``), from its ``system`` and
+``messages``.
 
 Every chat call is in ``in_flight`` until its response has ended; one that ended before
 its answer did (the gateway went away, or the stream was cut) is in ``disconnects``.
@@ -74,7 +76,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from devsupport import fake_responses
+from devsupport import fake_anthropic, fake_responses
 from devsupport.fake_responses import CACHED_TOKENS
 from gateway.memory.summary_rules import SECTIONS
 
@@ -195,6 +197,8 @@ class FakeUpstream:
     # Serve chat completions only, as llama-cpp-python, Ollama and many vLLM deployments
     # do: /v1/responses answers as their FastAPI does (404 {"detail": "Not Found"}).
     chat_only: bool = False
+    # The Anthropic Messages API's state: its prompt cache (``anthropic.cache``).
+    anthropic: fake_anthropic.FakeAnthropic = field(default_factory=fake_anthropic.FakeAnthropic)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def app(self) -> Starlette:
@@ -202,6 +206,8 @@ class FakeUpstream:
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
+                Route("/v1/messages", self.messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self.messages, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
                 Route("/v1/redirect", self.redirect, methods=["GET", "POST"]),
@@ -246,6 +252,16 @@ class FakeUpstream:
 
         events = fake_responses.stream_events(response_id, body, output, finished)
         return StreamingResponse(events, media_type="text/event-stream")
+
+    def messages_requests(self) -> list[SeenRequest]:
+        return [r for r in self.requests if r.path == "/v1/messages"]
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API (``fake_anthropic``): answers as ``chat`` does."""
+        seen = await self._seen(request)
+        return self.anthropic.respond(
+            seen.path, seen.headers, seen.body, reply_to, self.rejected_keys
+        )
 
     def chat_requests(self) -> list[SeenRequest]:
         return [r for r in self.requests if r.path == "/v1/chat/completions"]

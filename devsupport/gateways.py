@@ -23,6 +23,8 @@ def build_settings(upstream_url: str, redis_url: str, **overrides: Any) -> Setti
     base = {
         "upstream": {
             "base_url": upstream_url,
+            # Its /v1/messages speaks Anthropic's Messages API (``fake_anthropic``).
+            "anthropic_base_url": upstream_url,
             "timeouts": {"first_byte_s": 5, "idle_s": 5},
             # The fake upstream's own routes, beside the OpenAI API's.
             "passthrough": [*PASSTHROUGH_PATHS, "echo/**", "redirect"],

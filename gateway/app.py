@@ -22,9 +22,11 @@ from gateway.auth.authenticator import watch as watch_keys
 from gateway.auth.tenancy import Tenants, keep_secret
 from gateway.compat.starlette import OutermostStarlette
 from gateway.config import Settings
+from gateway.dialects.anthropic.dialect import AnthropicDialect
 from gateway.dialects.chat.request import check_turn_tool_results
 from gateway.dialects.responses.dialect import RESPONSES
 from gateway.errors import GatewayError, MemoryUnavailable, error_body
+from gateway.http.anthropic_edge import AnthropicEdge
 from gateway.http.cors import cors_middleware
 from gateway.http.middleware import MetricsMiddleware
 from gateway.http.rate_limits import RateLimitMiddleware, rate_limiter
@@ -125,7 +127,8 @@ class _Gateway(OutermostStarlette):
         self._request_options = {"metrics": metrics, "access_log": access_log}
 
     def outermost(self, app: ASGIApp) -> ASGIApp:
-        return MetricsMiddleware(app, **self._request_options)
+        # Anthropic's key header and error envelope on its paths, whichever layer answers.
+        return MetricsMiddleware(AnthropicEdge(app), **self._request_options)
 
 
 def _lifespan(
@@ -219,6 +222,7 @@ def create_app(
     store: RedisStore,
     tokenizer: TokenCounter,
     runner: JobRunner,
+    anthropic: Upstream | None = None,
     embedder: Embedder | None = None,
     vectors: StaticEmbedder | None = None,
     resources: AbstractAsyncContextManager[object] | None = None,
@@ -231,7 +235,8 @@ def create_app(
     shutdown: the caller's processes and clients (the embedded Redis, say) live exactly
     as long as the server does, whichever way the server is stopped. ``vectors`` gives
     recall the meaning of words (``embedder.StaticEmbedder``); without it recall matches
-    words only. ``clock`` is the time every part of the app reads (a test's own steps it).
+    words only. ``anthropic``: the Messages API's upstream (None: no ``/v1/messages``).
+    ``clock`` is the time every part of the app reads (a test's own steps it).
     """
     intervals = _interval_clock(clock)
     tenants = Tenants(store.server, settings.server.tenant_secret)
@@ -308,7 +313,7 @@ def create_app(
         registry=registry,
         gateway_keys=gateway_keys,
         runner=runner,
-        turns=opened,  # (the Responses API's is added below: read at shutdown)
+        turns=opened,  # (the Responses and Messages APIs' are added below: read at shutdown)
         resources=resources,
         mcp=mcp.running() if mcp is not None else None,
     )
@@ -328,6 +333,24 @@ def create_app(
             responses=ResponsesUpstream(upstream, settings.upstream.responses),
         )
         routes.append(Route("/v1/responses", responses.handle, methods=["POST"]))
+    if anthropic is not None:
+        # Anthropic's Messages API: the same pipeline, to its own upstream (its
+        # count_tokens and batches passed there as they are).
+        messages_passthrough = Passthrough(
+            anthropic, auth, ["messages", "messages/**"], passthrough.allowlist
+        )
+        messages = MemoryProxy(
+            settings,
+            upstream=anthropic,
+            turns=turns(),
+            auth=auth,
+            passthrough=messages_passthrough,
+            dialect=AnthropicDialect(marks=settings.memory.composition.stable is not None),
+        )
+        routes += [
+            Route("/v1/messages", messages.handle, methods=["POST"]),
+            Route("/v1/messages/{path:path}", messages_passthrough.handle, methods=ALL_METHODS),
+        ]
     routes += [
         Route("/v1/{path:path}", passthrough.handle, methods=ALL_METHODS),
         Route("/healthz", health.handle, methods=["GET"]),

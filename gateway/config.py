@@ -77,10 +77,9 @@ class ServerConfig(_Section):
     # The request line and headers together. The HTTP parser holds them in memory before
     # the gateway sees them, so the limit has to be the parser's (see cli.serve).
     max_header_bytes: int = Field(default=64 * 1024, ge=4096)
-    # Caps below max_body_bytes: the messages of one request (chat
-    # completions, the memory API's import and context) and one message's text, in
-    # UTF-8 bytes. Tokenizing and indexing cost grows faster than a text's length, so
-    # one body must not hold a single huge message or a hundred thousand tiny ones.
+    # Caps below max_body_bytes: the messages of one request (any API, the memory API's
+    # import and context) and one message's text, in UTF-8 bytes. Tokenizing and indexing
+    # cost grows faster than a text's length: no single huge message or 100,000 tiny ones.
     max_messages: int = Field(default=2048, gt=0)
     max_message_bytes: int = Field(default=1024 * 1024, gt=0)
     # One image part's bytes (decoded), apart from max_message_bytes (which counts text):
@@ -101,8 +100,7 @@ class ServerConfig(_Section):
     # Proxies (addresses or networks) whose X-Forwarded-For / X-Forwarded-Proto name the
     # client; none by default: a client's address is its socket's.
     trusted_proxies: list[str] = []
-    # User ids on log lines at INFO: a short keyed hash (lines about one user still
-    # group), or as sent.
+    # User ids on log lines at INFO: a short keyed hash (lines of one user still group).
     log_user_ids: Literal["hash", "plain"] = "hash"
     # How long a client may hold a connection without doing its part (http/server.py): a
     # request's line and headers must arrive within header_timeout_s of the connection
@@ -121,8 +119,7 @@ class ServerConfig(_Section):
     # Connections one client address may hold open at once (IPv6: one /64), per process;
     # past it a new one gets 429 and is closed. 0: no cap. trusted_proxies are exempt.
     max_connections_per_client: int = Field(default=256, ge=0)
-    # Cross-origin browser requests: see CorsConfig.
-    cors: CorsConfig = CorsConfig()
+    cors: CorsConfig = CorsConfig()  # cross-origin browser requests
 
 
 class UpstreamTimeouts(_Section):
@@ -130,9 +127,8 @@ class UpstreamTimeouts(_Section):
     first_byte_s: float = Field(default=120.0, gt=0)
     idle_s: float = Field(default=60.0, gt=0)
     write_s: float = Field(default=30.0, gt=0)
-    # Waiting for a free pooled connection when all max_connections are busy: past it
-    # the request gets 503 upstream_pool_full at once, not a 504 after connect_s, so
-    # clients back off instead of queueing behind streams nobody reads.
+    # Waiting for a free pooled connection when all max_connections are busy: past it a
+    # 503 upstream_pool_full at once (not a 504 after connect_s): clients back off.
     pool_s: float = Field(default=2.0, gt=0)
 
 
@@ -174,9 +170,8 @@ class PromptCacheConfig(_Section):
 class UpstreamConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     api_key: str | None = None
-    # /v1/* paths (other than chat completions) passed upstream as they are; others get
-    # 405. None: the OpenAI API's public endpoints (PASSTHROUGH_PATHS), or with gateway
-    # keys (auth.mode: keys) only the stateless ones (STATELESS_PATHS).
+    # /v1/* paths passed upstream as they are (others: 405). None: the OpenAI API's public
+    # ones (PASSTHROUGH_PATHS), with gateway keys the stateless ones (STATELESS_PATHS).
     passthrough: list[str] | None = None
 
     def passthrough_paths(self, gateway_keys: bool) -> list[str]:
@@ -210,11 +205,16 @@ class UpstreamConfig(_Section):
     # /v1/responses: the upstream's own, the gateway's over chat completions, or auto:
     # native until the upstream answers 404/405 there (routes/over_chat).
     responses: Literal["native", "chat", "auto"] = "auto"
+    # POST /v1/messages (Anthropic's Messages API, docs/anthropic.md) goes to this server,
+    # with this key as x-api-key (with gateway keys; else the client's own key).
+    anthropic_base_url: str = "https://api.anthropic.com/v1"
+    anthropic_api_key: str | None = None
 
     @model_validator(mode="after")
     def _check_url(self) -> UpstreamConfig:
-        if not re.match(r"^https?://[^/]+", self.base_url):
-            raise ValueError("base_url must start with http:// or https://")
+        for name in ("base_url", "anthropic_base_url"):
+            if not re.match(r"^https?://[^/]+", getattr(self, name)):
+                raise ValueError(f"{name} must start with http:// or https://")
         return self
 
 

@@ -16,7 +16,8 @@
         └── UpstreamTimeout            504     upstream_timeout
 
 Upstream 4xx/5xx answers are not errors of the gateway: they are passed through as they
-came. Every error reaches the client as ``{"error": {"message", "type", "param", "code"}}``.
+came. Every error reaches the client as ``{"error": {"message", "type", "param", "code"}}``,
+but on Anthropic's Messages API (``anthropic_body``), whose clients read its own envelope.
 
 Two failures never reach a client and are not in that tree: a background model that could
 not answer (``SummarizerUnavailable``, ``EmbeddingsUnavailable``). The model adapters in
@@ -194,6 +195,25 @@ def error_body(
     message: str, type_: str, *, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+# Anthropic's error types by status (its SDKs pick an exception by status, show the type).
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def anthropic_body(status: int, message: str) -> dict[str, Any]:
+    """An error in Anthropic's envelope: ``{"type": "error", "error": {"type", "message"}}``."""
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def sse_error_event(message: str, type_: str, code: str | None) -> bytes:

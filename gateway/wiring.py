@@ -44,6 +44,7 @@ class Clients:
     embedder: UpstreamEmbeddings | LocalEmbeddings | None = None  # recall's reranker
     vectors: StaticEmbedder | None = None  # recall's in-process word vectors
     clock: Callable[[], float] = time.time  # what the app and the jobs read the time from
+    anthropic: Upstream | None = None  # the Messages API's (``upstream.anthropic_base_url``)
 
     def runner(self, settings: Settings) -> JobRunner:
         # A job makes at most four summarizer calls (chunk, merge, facts; or fold + pair).
@@ -70,6 +71,7 @@ class Clients:
             store=self.store,
             tokenizer=self.tokenizer,
             runner=self.runner(settings),
+            anthropic=self.anthropic,
             embedder=self.embedder,
             vectors=self.vectors,
             resources=resources,
@@ -78,6 +80,8 @@ class Clients:
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
+        if self.anthropic is not None:
+            await self.anthropic.aclose()
         await self.chat_model.aclose()
         await self.store.close()  # the job store's client and link too: they are its
         if self.embedder is not None:
@@ -158,6 +162,7 @@ def build_clients(
         embedder=embedder,
         vectors=vectors,
         upstream=Upstream(settings.upstream),
+        anthropic=Upstream.anthropic(settings.upstream),
         store=store,
         job_store=store.with_deadline(job_timeout),
         chat_model=chat_model,

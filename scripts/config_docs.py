@@ -141,6 +141,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "gateway, over the upstream's chat completions (llama-cpp-python, Ollama, vLLM "
         "without the Responses API; function tools only); `auto` native until the upstream "
         "answers 404/405 there, then chat for the rest of the process",
+        "anthropic_base_url": "the Anthropic-compatible server `POST /v1/messages` goes to "
+        "(the gateway adds `/messages`; docs/anthropic.md)",
+        "anthropic_api_key": "with `auth.mode: keys`, sent to it as `x-api-key` (none: no "
+        "key); in forward mode the client's own key goes, in the header it came in",
     },
     "PromptCacheConfig": {
         "policy": "`openai`: from `minimum_tokens` common tokens in `step_tokens` steps; "

@@ -116,9 +116,10 @@ class MemoryProxy:
         await rate_limits.reserve(turn.context.receipt.total_tokens)
         headers = request_headers(
             request.headers.items(),
-            api_key=caller.upstream_key,
+            api_key=self.upstream.key_for(caller.upstream_key),
             rewritten=True,
             allowlist=self.passthrough.allowlist,
+            key_header=self.upstream.key_header,
         )
 
         def send(turn: Turn) -> Awaitable[UpstreamResponse]:

@@ -126,9 +126,10 @@ class Passthrough:
             await rate_limits.reserve(tokens)
         headers = request_headers(
             request.headers.items(),
-            api_key=caller.upstream_key,
+            api_key=self.upstream.key_for(caller.upstream_key),
             rewritten=False,
             allowlist=self.allowlist,
+            key_header=self.upstream.key_header,
         )
         if metered:
             headers = _uncompressed(headers)

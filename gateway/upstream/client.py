@@ -263,11 +263,22 @@ def _header_value(name: str, value: str) -> str:
 
 
 class Upstream:
-    """Sends requests to the configured OpenAI-compatible base URL."""
+    """Sends requests to the configured OpenAI-compatible base URL (or, made by
+    ``anthropic``, to the Anthropic-compatible one)."""
 
-    def __init__(self, config: UpstreamConfig) -> None:
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        *,
+        key_header: str = "authorization",
+        own_key: str | None = None,
+        keys_of_its_own: bool = False,
+    ) -> None:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
+        self.key_header = key_header  # where it reads a key (``upstream.headers``)
+        self._own_key = own_key
+        self._keys_of_its_own = keys_of_its_own
         self._client: aiohttp.ClientSession | None = None
         # Parsed once per URL: the chat path is every request's (yarl's parse is ~1% of a
         # request); other paths are passthroughs', the most recent kept.
@@ -282,6 +293,23 @@ class Upstream:
             sock_connect=timeouts.connect_s,
             sock_read=None,
         )
+
+    @classmethod
+    def anthropic(cls, config: UpstreamConfig) -> Upstream:
+        """The Messages API's upstream (``upstream.anthropic_base_url``): its key is
+        ``upstream.anthropic_api_key``, sent as ``x-api-key``."""
+        at = config.model_copy(update={"base_url": config.anthropic_base_url})
+        return cls(
+            at, key_header="x-api-key", own_key=config.anthropic_api_key, keys_of_its_own=True
+        )
+
+    def key_for(self, caller_key: str | None) -> str | None:
+        """The key sent in a caller's stead, ``Caller.upstream_key`` (None: the client's
+        own). An upstream with keys of its own takes its own wherever the caller's would
+        have been the operator's ("": none configured, none sent)."""
+        if caller_key is None or not self._keys_of_its_own:
+            return caller_key
+        return self._own_key or ""
 
     @property
     def client(self) -> aiohttp.ClientSession:

@@ -48,6 +48,10 @@ FORWARDED_HEADERS = frozenset(
         "openai-beta",  # the Assistants, Realtime... betas
         "idempotency-key",
         "x-client-request-id",  # the client's id for its request, in OpenAI's logs
+        # Anthropic's Messages API: which version and betas of it the client speaks.
+        "anthropic-version",
+        "anthropic-beta",
+        "anthropic-dangerous-direct-browser-access",
     }
 )
 # The Stainless-made SDKs' (OpenAI's Python and Node ones) description of themselves and
@@ -60,7 +64,7 @@ MANAGED_HEADERS = (
     HOP_BY_HOP
     | GATEWAY_REQUEST_HEADERS
     | ACCOUNT_HEADERS
-    | {"authorization", "host", "content-length"}
+    | {"authorization", "x-api-key", "host", "content-length"}
 )
 # Our own server writes these on every response: relayed too, a response had two of each.
 SERVER_RESPONSE_HEADERS = frozenset({"date", "server"})
@@ -112,6 +116,7 @@ def request_headers(
     api_key: str | None,
     rewritten: bool,
     allowlist: Allowlist = BUILT_IN,
+    key_header: str = "authorization",
 ) -> list[tuple[str, str]]:
     """Headers to send upstream for a client's request: those on ``allowlist``, then the key.
 
@@ -119,6 +124,8 @@ def request_headers(
     own Authorization, and its choice of account, as it sent them). ``rewritten``: the
     body is the gateway's (a memory turn), whose answer is read to be recorded: the
     client's Content-Encoding does not describe it, and the answer is asked uncompressed.
+    ``key_header``: where the upstream reads a key: ``authorization`` (Bearer), or
+    ``x-api-key`` (Anthropic's API: ``_as_api_key``).
     """
     headers = list(headers)
     drop = _connection_tokens(headers)  # hop-by-hop, even when allowed
@@ -131,12 +138,28 @@ def request_headers(
         lower = name.lower()
         if lower not in drop and (allowlist.allows(lower) or lower in own):
             out.append((name, value))
+    if key_header == "x-api-key":
+        out, api_key = _as_api_key(out, headers, api_key)
     if api_key:
         out.append(("authorization", f"Bearer {api_key}"))
     if rewritten:
         # We must read the answer to record it: ask for it uncompressed.
         out.append(("accept-encoding", "identity"))
     return out
+
+
+def _as_api_key(
+    sent: list[tuple[str, str]], received: list[tuple[str, str]], api_key: str | None
+) -> tuple[list[tuple[str, str]], None]:
+    """The headers for an upstream that reads ``x-api-key`` (Anthropic's): ``api_key``
+    there; or, the client's own key (None), in the header the client sent it in (an API
+    key as ``x-api-key``, an OAuth token as ``Authorization: Bearer``)."""
+    own = [value for name, value in received if name.lower() == "x-api-key"]
+    if api_key is None and not own:
+        return sent, None
+    kept = [(name, value) for name, value in sent if name.lower() != "authorization"]
+    key = own[0] if api_key is None else api_key
+    return ([*kept, ("x-api-key", key)] if key else kept), None
 
 
 def response_headers(headers: Iterable[tuple[str, str]], *, decoded: bool) -> list[tuple[str, str]]:

@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from gateway import codec
+from gateway.dialects.events import event_named, split_at_last_event
 from gateway.dialects.responses.items import message_from_output
 from gateway.memory.model import Message
 from gateway.upstream.sse import SSEDecoder
@@ -156,55 +157,6 @@ class ResponsesWatch:
         return b""
 
 
-def _line_start(chunk: bytes, at: int) -> int:
-    return max(chunk.rfind(b"\n", 0, at), chunk.rfind(b"\r", 0, at)) + 1
-
-
-def _event_start(chunk: bytes, line: int) -> int:
-    """Where the event holding the line at ``line`` starts: after the blank line before
-    it (or at the chunk's start, when the event began in an earlier chunk)."""
-    while line > 0:
-        end = line - 1  # the previous line's terminator
-        if chunk[end] == 0x0A and end > 0 and chunk[end - 1] == 0x0D:
-            end -= 1
-        previous = _line_start(chunk, end)
-        if previous == end:
-            return line  # a blank line: the event starts here
-        line = previous
-    return 0
-
-
-def _is_type_line(line: bytes, name: bytes) -> bool:
-    if line.startswith(b"event:"):
-        return line[6:].strip() == name
-    if not line.startswith(b"data:"):
-        return False
-    head = line[5:].lstrip()
-    # The event's own type, first as OpenAI writes it: its name anywhere else (in an
-    # answer's text) is quoted with escaped quotes, never this.
-    return head.startswith((b'{"type":"' + name + b'"', b'{"type": "' + name + b'"'))
-
-
-# How an event ends: a blank line, whichever line endings the stream uses.
-_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n")
-
-
-def split_at_last_event(chunk: bytes) -> tuple[bytes, bytes]:
-    """The chunk's whole events, and the event begun after them (held back).
-
-    The completed event repeats the whole answer, so it often spans chunks: were its
-    beginning relayed before the record, an error event sent instead of its end would
-    be read by the client as part of it. A client acts on an event only once it ends,
-    so holding back its beginning delays nothing the client could use.
-    """
-    end = 0
-    for ending in _EVENT_ENDS:
-        at = chunk.rfind(ending)
-        if at != -1:
-            end = max(end, at + len(ending))
-    return chunk[:end], chunk[end:]
-
-
 def split_at_completed(chunk: bytes) -> tuple[bytes, bytes]:
     """The bytes before the event that ends the stream with its answer
     (``response.completed`` or ``response.incomplete``), and the rest from it on.
@@ -212,21 +164,6 @@ def split_at_completed(chunk: bytes) -> tuple[bytes, bytes]:
     When the event began in an earlier chunk (or is not recognised in this one), the
     whole chunk is the rest: held back with the event, which is only later, never wrong.
     """
-    starts = [at for name in ANSWERED if (at := _event_named(chunk, name.encode())) != -1]
+    starts = [at for name in ANSWERED if (at := event_named(chunk, name.encode())) != -1]
     start = min(starts, default=0)
     return chunk[:start], chunk[start:]
-
-
-def _event_named(chunk: bytes, name: bytes) -> int:
-    """Where the event of type ``name`` starts in the chunk, or -1."""
-    at = chunk.find(name)
-    while at != -1:
-        line = _line_start(chunk, at)
-        end = min(
-            (i for i in (chunk.find(b"\n", at), chunk.find(b"\r", at)) if i != -1),
-            default=len(chunk),
-        )
-        if _is_type_line(chunk[line:end], name):
-            return _event_start(chunk, line)
-        at = chunk.find(name, at + 1)
-    return -1

@@ -7,11 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.dialects.responses.watch import (
-    ResponsesWatch,
-    split_at_completed,
-    split_at_last_event,
-)
+from gateway.dialects.events import split_at_last_event
+from gateway.dialects.responses.watch import ResponsesWatch, split_at_completed
 from gateway.memory.model import Message
 from gateway.upstream.sse import SSEDecoder
 

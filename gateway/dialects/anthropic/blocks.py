@@ -1,0 +1,338 @@
+"""Anthropic Messages content ⇄ chat-format messages (pure).
+
+Memory keeps chat-format ``Message``s whichever API a turn came through. The mapping:
+
+    user message                              →  a user message (its blocks as chat parts)
+    system message (a beta's)                 →  a system message: the client's prompt
+        text                                  ⇄  text parts
+        image (base64 / url source)           ⇄  image_url parts (a data URL / the URL)
+        document (base64 PDF)                 ⇄  a file part (``file_data``)
+        document (text source)                →  a text part
+        tool_result (tool_use_id, content)    ⇄  a tool message (tool_call_id) before it
+    assistant message                         →  an assistant message
+        text blocks                           ⇄  its content, one string
+        tool_use (id, name, input)            ⇄  its tool_calls (arguments: input as JSON)
+
+Notes:
+    ``cache_control`` is read by the upstream's cache, not the conversation: it is never
+    stored, so a block sent with it and resent without it is the same message. Thinking
+    blocks and server tools' blocks have no chat form and are not stored; other block
+    types are stored as a short text (``[type]``), never as a payload the gateway does
+    not understand. ``system`` is the client's prompt: forwarded as sent, never stored
+    (``request``).
+
+    Going out (``to_anthropic``), what chat keeps in several messages Anthropic keeps in
+    one: consecutive messages of one side are joined (tool results first, as the API
+    requires after a tool_use), and a memory message after the conversation began goes
+    to the user's side as text (Anthropic's ``system`` is only the top-level field).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import InvalidRequest
+from gateway.memory import images as media
+from gateway.memory.model import Message, content_text
+
+ROLES = ("user", "assistant", "system")
+# Blocks with no chat form and nothing to remember: the model's own reasoning, and the
+# calls and results of tools the upstream runs itself.
+NOT_STORED = frozenset(
+    {
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+    }
+)
+PROMPT_ROLES = frozenset({"system", "developer"})
+# Said as the first user message when memory's context begins with an answer: Anthropic
+# takes a conversation that starts with the user.
+CONTINUED = "(The conversation continues from earlier.)"
+
+
+@dataclass(frozen=True, slots=True)
+class Converted:
+    """A request's ``messages`` as chat messages; ``origins[n]``: the field of the
+    client's message ``messages[n]`` came from (errors name it)."""
+
+    messages: tuple[Message, ...]
+    origins: tuple[str, ...]
+
+
+def _invalid(param: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"{param}: {message}", param=param)
+
+
+def arguments(value: Any) -> str:
+    """A tool call's input as the arguments string chat keeps (compact JSON, one way
+    for the answer recorded and the same call resent)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_of(value: Any, at: str) -> str:
+    if not isinstance(value, str):
+        raise _invalid(at, "must be a string")
+    return value
+
+
+def _source(block: dict[str, Any], at: str) -> dict[str, Any]:
+    source = block.get("source")
+    if not isinstance(source, dict) or not isinstance(source.get("type"), str):
+        raise _invalid(f"{at}.source", "must be an object with a string type")
+    return source
+
+
+def _image_part(block: dict[str, Any], at: str) -> dict[str, Any]:
+    source = _source(block, at)
+    kind = source["type"]
+    if kind == "base64":
+        mime = _text_of(source.get("media_type"), f"{at}.source.media_type")
+        data = _text_of(source.get("data"), f"{at}.source.data")
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+    if kind == "url":
+        url = _text_of(source.get("url"), f"{at}.source.url")
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "text", "text": f"[image {kind}]"}
+
+
+def _document_part(block: dict[str, Any], at: str) -> dict[str, Any]:
+    source = _source(block, at)
+    kind = source["type"]
+    if kind == "base64" and source.get("media_type") == "application/pdf":
+        data = _text_of(source.get("data"), f"{at}.source.data")
+        file = {"file_data": f"data:application/pdf;base64,{data}"}
+        if isinstance(block.get("title"), str):
+            file["filename"] = block["title"]
+        return {"type": "file", "file": file}
+    if kind == "text":
+        return {"type": "text", "text": _text_of(source.get("data"), f"{at}.source.data")}
+    return {"type": "text", "text": "[document]"}
+
+
+def _part(block: dict[str, Any], at: str) -> dict[str, Any] | None:
+    """A user block as a chat part (None: not stored)."""
+    kind = block["type"]
+    if kind == "text":
+        return {"type": "text", "text": _text_of(block.get("text"), f"{at}.text")}
+    if kind == "image":
+        return _image_part(block, at)
+    if kind == "document":
+        return _document_part(block, at)
+    if kind in NOT_STORED:
+        return None
+    return {"type": "text", "text": f"[{kind}]"}
+
+
+def _blocks(content: Any, at: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise _invalid(at, "must be a string or an array of content blocks")
+    for i, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise _invalid(f"{at}.{i}", "content blocks must be objects with a string type")
+    return content
+
+
+def _tool_result(block: dict[str, Any], at: str) -> Message:
+    call_id = _text_of(block.get("tool_use_id"), f"{at}.tool_use_id")
+    content = block.get("content", "")
+    if isinstance(content, str):
+        text: Any = content
+    else:
+        parts = [_part(b, f"{at}.content.{i}") for i, b in enumerate(_blocks(content, at))]
+        kept = [part for part in parts if part is not None]
+        text = content_text(kept) if all(p["type"] == "text" for p in kept) else kept
+    return Message(role="tool", content=text, tool_call_id=call_id)
+
+
+def _user(content: Any, at: str) -> list[Message]:
+    """A user message: its tool results (tool messages), then what else it says."""
+    if isinstance(content, str):
+        return [Message(role="user", content=content)]
+    out: list[Message] = []
+    parts: list[dict[str, Any]] = []
+    for i, block in enumerate(_blocks(content, at)):
+        if block["type"] == "tool_result":
+            out.append(_tool_result(block, f"{at}.{i}"))
+        elif (part := _part(block, f"{at}.{i}")) is not None:
+            parts.append(part)
+    if parts or not out:
+        out.append(Message(role="user", content=parts))
+    return out
+
+
+def _assistant(content: Any, at: str) -> Message:
+    if isinstance(content, str):
+        return Message(role="assistant", content=content)
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for i, block in enumerate(_blocks(content, at)):
+        kind = block["type"]
+        if kind == "text":
+            texts.append(_text_of(block.get("text"), f"{at}.{i}.text"))
+        elif kind == "tool_use":
+            call_id = _text_of(block.get("id"), f"{at}.{i}.id")
+            name = _text_of(block.get("name"), f"{at}.{i}.name")
+            function = {"name": name, "arguments": arguments(block.get("input", {}))}
+            calls.append({"id": call_id, "type": "function", "function": function})
+    return Message(role="assistant", content="".join(texts), tool_calls=tuple(calls) or None)
+
+
+def messages_from_anthropic(value: Any) -> Converted:
+    """A request's ``messages`` as chat messages (400 naming the field it cannot read)."""
+    if not isinstance(value, list) or not value:
+        raise _invalid("messages", "must be a non-empty array of messages")
+    messages: list[Message] = []
+    origins: list[str] = []
+    for n, message in enumerate(value):
+        at = f"messages.{n}"
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise _invalid(f"{at}.role", "must be 'user', 'assistant' or 'system'")
+        if "content" not in message:
+            raise _invalid(f"{at}.content", "required")
+        content, field, role = message["content"], f"{at}.content", message["role"]
+        if role == "system":
+            # A system message in the conversation (Anthropic's mid-conversation-system
+            # beta; Claude Code sends them): the client's prompt, as chat's are.
+            texts = [
+                _text_of(b.get("text"), f"{field}.{i}.text")
+                for i, b in enumerate(_blocks(content, field))
+            ]
+            made = [Message(role="system", content="\n".join(texts))]
+        else:
+            made = _user(content, field) if role == "user" else [_assistant(content, field)]
+        messages += made
+        origins += [at] * len(made)
+    return Converted(tuple(messages), tuple(origins))
+
+
+def answer_message(content: Any) -> Message | None:
+    """An answer's ``content`` blocks as the assistant message memory records."""
+    if not isinstance(content, list):
+        return None
+    try:
+        return _assistant(content, "content")
+    except InvalidRequest:
+        return None
+
+
+# --- Going out: the assembled context (chat-format dicts) as Anthropic's fields. ---
+
+
+def _data_url_source(url: str) -> dict[str, Any]:
+    head, _, data = url.partition(",")
+    mime = head.removeprefix("data:").split(";", 1)[0] or "application/octet-stream"
+    return {"type": "base64", "media_type": mime, "data": data}
+
+
+def _block(part: Any) -> dict[str, Any] | None:
+    """A chat part as an Anthropic block (None: nothing to send)."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part} if part else None
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind == "image_url" and media.is_image(part):
+        url = media.image_url(part)
+        if media.is_data_url(url):
+            return {"type": "image", "source": _data_url_source(url)}
+        if media.is_acceptable_url(url):
+            return {"type": "image", "source": {"type": "url", "url": url}}
+        return {"type": "text", "text": media.placeholder(part)}
+    file = part.get("file") if kind == "file" else None
+    if isinstance(file, dict) and str(file.get("file_data", "")).startswith("data:"):
+        return {"type": "document", "source": _data_url_source(file["file_data"])}
+    text = content_text([part]) or (f"[{kind}]" if isinstance(kind, str) else "")
+    return {"type": "text", "text": text} if text else None
+
+
+def _content_blocks(content: Any) -> list[dict[str, Any]]:
+    parts = content if isinstance(content, list) else [content_text(content)]
+    return [block for part in parts if (block := _block(part)) is not None]
+
+
+def _tool_input(arguments_: Any) -> Any:
+    try:
+        value = json.loads(arguments_) if isinstance(arguments_, str) else arguments_
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = _content_blocks(message.get("content"))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "input": _tool_input(function.get("arguments")),
+            }
+        )
+    return blocks
+
+
+def _side(role: Any, started: bool) -> str:
+    return (
+        "assistant"
+        if role == "assistant"
+        else "user"
+        if started or role not in PROMPT_ROLES
+        else ""
+    )
+
+
+def to_anthropic(
+    context: Sequence[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The context as (system text blocks, messages): its leading prompt-role messages
+    (memory's) go to ``system``, the rest to messages, one per side in turn, each
+    user message's tool results first."""
+    system: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    started = False
+    for message in context:
+        role = message.get("role")
+        side = _side(role, started)
+        if not side:
+            system += _content_blocks(message.get("content"))
+            continue
+        started = True
+        if role == "assistant":
+            blocks = _assistant_blocks(message)
+        elif role == "tool":
+            result = content_text(message.get("content"))
+            blocks = [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message.get("tool_call_id"),
+                    "content": result,
+                }
+            ]
+        else:
+            blocks = _content_blocks(message.get("content"))
+        if not blocks:
+            continue  # Anthropic refuses an empty message
+        if messages and messages[-1]["role"] == side:
+            messages[-1]["content"] += blocks
+        else:
+            messages.append({"role": side, "content": blocks})
+    for message in messages:
+        if message["role"] == "user":  # tool results first (a stable sort keeps the order)
+            message["content"].sort(key=lambda block: block["type"] != "tool_result")
+    if messages and messages[0]["role"] != "user":
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED}]})
+    return system, messages
