@@ -25,6 +25,7 @@ import openai
 import pytest
 
 from devsupport.cluster import RedisCluster
+from devsupport.fake_anthropic import FakeAnthropic
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.gateways import build_settings, start_gateway
 from devsupport.servers import RedisProcess, ServerThread, running_redis
@@ -249,6 +250,7 @@ def fake_upstream(fake_upstream_server: tuple[FakeUpstream, ServerThread]) -> Fa
     fake, _ = fake_upstream_server
     fake.requests.clear()
     fake.disconnects.clear()
+    fake.anthropic = FakeAnthropic()  # its prompt cache, and a test's cache settings
     return fake
 
 
