@@ -1,5 +1,7 @@
-"""Finding an event's bytes in a relayed event stream (pure), for the watches that hold
-an answer's last event back until the turn is recorded (``dialects/*/watch.py``).
+"""Typed events in a relayed event stream (pure), for the watches of the APIs that send
+them (``dialects/responses/watch.py``, ``dialects/anthropic/watch.py``): reading one's
+payload (``typed_event``), and finding its bytes, to hold an answer's last event back
+until the turn is recorded.
 
 A chunk of a stream the gateway reads holds whole events (``upstream.body.WholeEvents``),
 but an event may be larger than a chunk: these find where one starts by its type, named
@@ -7,6 +9,22 @@ on its ``event:`` line or first in its ``data:`` JSON, whichever line endings ar
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from gateway import codec
+
+
+def typed_event(data: str) -> dict[str, Any] | None:
+    """An event's ``data`` as a typed event (a JSON object with a string ``type``, as the
+    Responses and Messages APIs send them); None: not one (malformed)."""
+    try:
+        event = codec.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        return None
+    return event
 
 
 def _line_start(chunk: bytes, at: int) -> int:

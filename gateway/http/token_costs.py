@@ -113,7 +113,8 @@ class Tail:
 
 def usage_tokens(usage: Any) -> int | None:
     """An answer's tokens by its ``usage``: its total, else its parts (chat's prompt and
-    completion, Responses' input and output); None when it says none."""
+    completion, Responses' input and output, and Anthropic's cache reads and writes, which
+    its ``input_tokens`` leaves out); None when it says none."""
     if not isinstance(usage, dict):
         return None
     total = _count(usage.get("total_tokens"))
@@ -121,7 +122,14 @@ def usage_tokens(usage: Any) -> int | None:
         return total
     parts = [
         _count(usage.get(name))
-        for name in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+        for name in (
+            "prompt_tokens",
+            "completion_tokens",
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        )
     ]
     known = [part for part in parts if part is not None]
     return sum(known) if known else None

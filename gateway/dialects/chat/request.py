@@ -200,6 +200,20 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+def model_and_stream(body: dict[str, Any]) -> tuple[str, bool]:
+    """A body's ``model`` and ``stream`` (400 naming the field), for the APIs whose body
+    is not a pydantic model here (Responses, Messages)."""
+    model = body.get("model")
+    if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_LENGTH:
+        raise InvalidRequest(
+            f"model: must be a string of 1 to {MAX_MODEL_LENGTH} characters", param="model"
+        )
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("stream: must be a boolean", param="stream")
+    return model, bool(stream)
+
+
 def check_message_count(messages: Any, limits: MessageLimits) -> None:
     """Refuse more than ``max_messages`` messages (400), before any is validated: a
     hundred thousand tiny messages cost more to check than one large one."""

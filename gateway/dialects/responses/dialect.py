@@ -25,11 +25,11 @@ from pydantic import ValidationError
 
 from gateway import codec, offload
 from gateway.dialects.chat.request import (
-    MAX_MODEL_LENGTH,
     MessageLimits,
     MessageShape,
     check_message_sizes,
     check_tool_results,
+    model_and_stream,
     parse_json,
 )
 from gateway.dialects.responses.items import (
@@ -114,21 +114,14 @@ def _between_references(messages: Sequence[Message]) -> list[list[Message]]:
 
 
 def _check_fields(body: dict[str, Any]) -> tuple[str, bool]:
-    model = body.get("model")
-    if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_LENGTH:
-        raise InvalidRequest(
-            f"model: must be a string of 1 to {MAX_MODEL_LENGTH} characters", param="model"
-        )
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("stream: must be a boolean", param="stream")
+    model, stream = model_and_stream(body)
     if "input" not in body:
         raise InvalidRequest("input: required", param="input")
     for name in UPSTREAM_HISTORY:
         value = body.get(name)
         if value is not None and not isinstance(value, (str, dict)):
             raise InvalidRequest(f"{name}: must be a string or an object", param=name)
-    return model, bool(stream)
+    return model, stream
 
 
 def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesRequest:

@@ -20,8 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway import codec
-from gateway.dialects.events import event_named, split_at_last_event
+from gateway.dialects.events import event_named, split_at_last_event, typed_event
 from gateway.dialects.responses.items import message_from_output
 from gateway.memory.model import Message
 from gateway.upstream.sse import SSEDecoder
@@ -88,12 +87,8 @@ class ResponsesWatch:
     def _add(self, data: str) -> None:
         if data.strip() == "[DONE]":
             return  # some OpenAI-compatible servers end the event stream as chat does
-        try:
-            event = codec.loads(data)
-        except ValueError:
-            self.malformed += 1
-            return
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        event = typed_event(data)
+        if event is None:
             self.malformed += 1
             return
         number = event.get("sequence_number")

@@ -315,6 +315,12 @@ def test_a_prompt_is_estimated_by_its_bytes_and_an_image_by_its_cost() -> None:
         ),
         (b'{"data":[{"embedding":[0.1]}],"usage":{"prompt_tokens":8,"total_tokens":8}}', 8),
         (b'{"output":[],"usage":{"input_tokens":20,"output_tokens":3},"user":null}', 23),
+        # Anthropic's: its input_tokens leave out what the prompt cache read and wrote.
+        (
+            b'{"type":"message","usage":{"input_tokens":20,"cache_read_input_tokens":900,'
+            b'"cache_creation_input_tokens":40,"output_tokens":3}}',
+            963,
+        ),
         # A stream: usage null in each chunk, then the usage chunk, then [DONE].
         (
             b'data: {"choices":[{"delta":{}}],"usage":null}\n\n'
