@@ -22,6 +22,9 @@ answers from its context:
     fail-stream   streamed: an ``error`` event (overloaded_error) after the first text
                   delta, and no ``message_stop``; not streamed: answers as usual
 
+A test may script an answer that breaks the API's rules (a malformed stream, JSON to a
+streaming request): ``scripted[model] = (media type, body)``, answered 200 byte for byte.
+
 Every request is recorded by ``FakeUpstream`` (``messages_requests()``: body, headers,
 query such as Claude Code's ``beta=true``). Responses carry a ``request-id`` header.
 """
@@ -133,6 +136,8 @@ class FakeAnthropic:
 
     cache: PromptCache = field(default_factory=PromptCache)
     completed_streams: int = 0
+    # By model name: (media type, body) answered as they are (the module's docstring).
+    scripted: dict[str, tuple[str, bytes]] = field(default_factory=dict)
 
     def respond(
         self,
@@ -167,6 +172,9 @@ class FakeAnthropic:
             )
             return JSONResponse({"input_tokens": total}, headers={"request-id": _request_id()})
         model = body["model"]
+        if model in self.scripted:
+            media_type, content = self.scripted[model]
+            return Response(content, media_type=media_type, headers={"request-id": _request_id()})
         if model in _ERRORS:
             retry = {"retry-after": "7"} if model == "rate-limit" else None
             return error_response(_ERRORS[model], retry)

@@ -336,9 +336,11 @@ def create_app(
     if anthropic is not None:
         # Anthropic's Messages API: the same pipeline, to its own upstream (its
         # count_tokens and batches passed there as they are).
-        messages_passthrough = Passthrough(
-            anthropic, auth, ["messages", "messages/**"], passthrough.allowlist
-        )
+        # With gateway keys, one operator account is every tenant's: its batches too
+        # (listed and read by anyone), so only the stateless count_tokens goes through.
+        stateless = settings.auth.mode == "keys"
+        paths = ["messages", "messages/count_tokens" if stateless else "messages/**"]
+        messages_passthrough = Passthrough(anthropic, auth, paths, passthrough.allowlist)
         messages = MemoryProxy(
             settings,
             upstream=anthropic,

@@ -29,11 +29,21 @@ T = TypeVar("T")
 # Not a registered status: nginx's "client closed request", logged, never seen by anyone.
 CLIENT_CLOSED = 499
 # A stream whose turn could not be stored ends with this error instead of its
-# acknowledgement ([DONE], response.completed).
+# acknowledgement ([DONE], response.completed, message_stop): the store failed, or the
+# upstream's stream could not be read whole.
 _NOT_STORED = (
     "the answer was not stored in memory (memory store unavailable); resend the turn to "
     "have it remembered"
 )
+_UNREADABLE = (
+    "the answer was not stored in memory (the upstream's stream was malformed); resend "
+    "the turn to have it remembered"
+)
+
+
+def _not_stored(watch: StreamWatcher) -> bytes:
+    message = _UNREADABLE if watch.unreadable else _NOT_STORED
+    return watch.error_event(message, "memory_error", "memory_not_recorded")
 
 
 class ClientGone(Exception):
@@ -155,7 +165,7 @@ async def relay_watched(
                     yield before
                 if not await recorded(watch):
                     # And no acknowledgement: the turn is not stored.
-                    yield watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
+                    yield _not_stored(watch)
                     return
                 chunk = done
             else:
@@ -200,7 +210,7 @@ async def _closing_event(
     # Ended without its acknowledging event (a finish_reason, then the close): the
     # gateway acknowledges a stored turn itself, and says so when it is not stored.
     if not await recorded(watch):
-        return watch.error_event(_NOT_STORED, "memory_error", "memory_not_recorded")
+        return _not_stored(watch)
     return watch.acknowledgement() if stores and watch.recordable else b""
 
 

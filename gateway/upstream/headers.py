@@ -155,6 +155,8 @@ def _as_api_key(
     there; or, the client's own key (None), in the header the client sent it in (an API
     key as ``x-api-key``, an OAuth token as ``Authorization: Bearer``)."""
     own = [value for name, value in received if name.lower() == "x-api-key"]
+    # OpenAI's account headers name nothing there.
+    sent = [(name, value) for name, value in sent if name.lower() not in ACCOUNT_HEADERS]
     if api_key is None and not own:
         return sent, None
     kept = [(name, value) for name, value in sent if name.lower() != "authorization"]

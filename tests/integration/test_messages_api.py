@@ -253,13 +253,15 @@ def test_an_x_api_key_goes_upstream_as_x_api_key(
                 "x-api-key": api_key,
                 "anthropic-version": "2023-06-01",
                 "x-session-id": session_id,
+                "openai-organization": "org-of-another-api",
             },
         )
     assert sent.status_code == 200, sent.text
     assert sent.headers["x-memory-status"] == "ok"
     headers = fake_upstream.messages_requests()[-1].headers
     assert headers["x-api-key"] == api_key
-    assert "authorization" not in headers
+    assert headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in headers and "openai-organization" not in headers
 
 
 def test_two_keys_are_refused_and_a_bad_one_in_anthropics_envelope(

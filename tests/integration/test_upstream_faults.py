@@ -271,6 +271,7 @@ def test_malformed_stream_is_relayed_untouched_and_recorded_only_if_readable(
         assert relayed.startswith(answered) and done not in relayed
         last = json.loads(data_events(response)[-1])
         assert last["error"]["code"] == "memory_not_recorded"
+        assert "the upstream's stream was malformed" in last["error"]["message"]
     answer = "ack: hi there" + (f" {BIG_WORD}" if model == "sse-big-chunk" else "")
     expected = [("user", "hi there"), ("assistant", answer)] if MALFORMED[model] else []
     assert turns(redis_server, api_key, session_id) == expected

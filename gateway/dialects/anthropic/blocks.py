@@ -19,17 +19,30 @@ Notes:
     blocks and server tools' blocks have no chat form and are not stored; other block
     types are stored as a short text (``[type]``), never as a payload the gateway does
     not understand. ``system`` is the client's prompt: forwarded as sent, never stored
-    (``request``).
+    (``request``). What the API refuses is refused (400) rather than read some other
+    way: an empty message (but a final assistant one), a blank user text, the other
+    side's blocks (an assistant's image or tool result, a user's tool call), a tool
+    call's input that is not an object. Read anyway, it would vanish from the request
+    forwarded (which the upstream then answered) and be stored as it was read.
 
     Going out (``to_anthropic``), what chat keeps in several messages Anthropic keeps in
     one: consecutive messages of one side are joined (tool results first, as the API
     requires after a tool_use), and a memory message after the conversation began goes
     to the user's side as text (Anthropic's ``system`` is only the top-level field).
+    What the other APIs stored goes in a shape Anthropic takes, or a session that mixed
+    them would be refused on every later turn: a blank text is left out, a tool call's
+    id the API would refuse (``functions.f:0``) is made one it takes (the same for its
+    result), a custom tool's call goes with its name, a file as a PDF or text document
+    or else as its name.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +68,11 @@ NOT_STORED = frozenset(
     }
 )
 PROMPT_ROLES = frozenset({"system", "developer"})
+# The other side's blocks, which the API refuses in a message of this role.
+_NOT_IN = {
+    "user": frozenset({"tool_use"}),
+    "assistant": frozenset({"tool_result", "image", "document"}),
+}
 # Said as the first user message when memory's context begins with an answer: Anthropic
 # takes a conversation that starts with the user.
 CONTINUED = "(The conversation continues from earlier.)"
@@ -83,6 +101,17 @@ def _text_of(value: Any, at: str) -> str:
     if not isinstance(value, str):
         raise _invalid(at, "must be a string")
     return value
+
+
+def _said(value: Any, at: str) -> str:
+    """A text block's text as Anthropic takes it: some text, not only whitespace (kept,
+    memory would send it on every later turn, each refused)."""
+    text = _text_of(value, at)
+    if not text:
+        raise _invalid(at, "text content blocks must be non-empty")
+    if not text.strip():
+        raise _invalid(at, "text content blocks must contain non-whitespace text")
+    return text
 
 
 def _source(block: dict[str, Any], at: str) -> dict[str, Any]:
@@ -133,7 +162,8 @@ def _part(block: dict[str, Any], at: str) -> dict[str, Any] | None:
     return {"type": "text", "text": f"[{kind}]"}
 
 
-def _blocks(content: Any, at: str) -> list[dict[str, Any]]:
+def _blocks(content: Any, at: str, role: str = "") -> list[dict[str, Any]]:
+    """The blocks of a content; with ``role``, those the API takes in its messages."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
@@ -141,6 +171,13 @@ def _blocks(content: Any, at: str) -> list[dict[str, Any]]:
     for i, block in enumerate(content):
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise _invalid(f"{at}.{i}", "content blocks must be objects with a string type")
+        if block["type"] in _NOT_IN.get(role, ()):
+            # Read as the other side's, it would vanish from the conversation forwarded
+            # (where the upstream would have refused it) and the rest be stored without it.
+            kind = block["type"]
+            raise _invalid(
+                f"{at}.{i}.type", f"`{kind}` blocks are not allowed in `{role}` messages"
+            )
     return content
 
 
@@ -162,7 +199,9 @@ def _user(content: Any, at: str) -> list[Message]:
         return [Message(role="user", content=content)]
     out: list[Message] = []
     parts: list[dict[str, Any]] = []
-    for i, block in enumerate(_blocks(content, at)):
+    for i, block in enumerate(_blocks(content, at, "user")):
+        if block["type"] == "text":
+            _said(block.get("text"), f"{at}.{i}.text")
         if block["type"] == "tool_result":
             out.append(_tool_result(block, f"{at}.{i}"))
         elif (part := _part(block, f"{at}.{i}")) is not None:
@@ -177,14 +216,18 @@ def _assistant(content: Any, at: str) -> Message:
         return Message(role="assistant", content=content)
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for i, block in enumerate(_blocks(content, at)):
+    for i, block in enumerate(_blocks(content, at, "assistant")):
         kind = block["type"]
         if kind == "text":
             texts.append(_text_of(block.get("text"), f"{at}.{i}.text"))
         elif kind == "tool_use":
             call_id = _text_of(block.get("id"), f"{at}.{i}.id")
             name = _text_of(block.get("name"), f"{at}.{i}.name")
-            function = {"name": name, "arguments": arguments(block.get("input", {}))}
+            tool_input = block.get("input", {})
+            if not isinstance(tool_input, dict):
+                # Stored, it would go back as {} (all the API takes): not what was sent.
+                raise _invalid(f"{at}.{i}.input", "must be an object")
+            function = {"name": name, "arguments": arguments(tool_input)}
             calls.append({"id": call_id, "type": "function", "function": function})
     return Message(role="assistant", content="".join(texts), tool_calls=tuple(calls) or None)
 
@@ -202,6 +245,8 @@ def messages_from_anthropic(value: Any) -> Converted:
         if "content" not in message:
             raise _invalid(f"{at}.content", "required")
         content, field, role = message["content"], f"{at}.content", message["role"]
+        if role != "system" and not (role == "assistant" and n == len(value) - 1):
+            _check_said(content, at)
         if role == "system":
             # A system message in the conversation (Anthropic's mid-conversation-system
             # beta; Claude Code sends them): the client's prompt, as chat's are.
@@ -215,6 +260,20 @@ def messages_from_anthropic(value: Any) -> Converted:
         messages += made
         origins += [at] * len(made)
     return Converted(tuple(messages), tuple(origins))
+
+
+def _check_said(content: Any, at: str) -> None:
+    """Refuse an empty message, as Anthropic does (but a final assistant one: a prefill).
+    Dropped from the context (the API takes no empty message), it would turn the request
+    into another (the answer before it continued), and stored, go from every later one."""
+    if content == "" or content == []:
+        raise _invalid(
+            at,
+            "all messages must have non-empty content except for the optional final "
+            "assistant message",
+        )
+    if isinstance(content, str):
+        _said(content, f"{at}.content")
 
 
 def answer_message(content: Any) -> Message | None:
@@ -236,10 +295,34 @@ def _data_url_source(url: str) -> dict[str, Any]:
     return {"type": "base64", "media_type": mime, "data": data}
 
 
+def _text_block(text: str) -> dict[str, Any] | None:
+    """A text block, or None for one Anthropic refuses (empty, or only whitespace: a chat
+    message may hold that, and sent it would fail every later turn of the session)."""
+    return {"type": "text", "text": text} if text.strip() else None
+
+
+def _file_block(file: dict[str, Any]) -> dict[str, Any]:
+    """A chat file part as a document: a PDF as Anthropic's base64 source takes only
+    that, a plain text file as a text source; any other file as its name."""
+    url = file.get("file_data")
+    source = _data_url_source(url) if isinstance(url, str) and media.is_data_url(url) else None
+    if source is not None and source["media_type"] == "application/pdf":
+        return {"type": "document", "source": source}
+    if source is not None and source["media_type"] == "text/plain":
+        try:
+            text = base64.b64decode(source["data"], validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            text = ""
+        if text.strip():
+            return {"type": "document", "source": {**source, "type": "text", "data": text}}
+    name = file.get("filename")
+    return {"type": "text", "text": f"[file {name}]" if isinstance(name, str) else "[file]"}
+
+
 def _block(part: Any) -> dict[str, Any] | None:
     """A chat part as an Anthropic block (None: nothing to send)."""
     if isinstance(part, str):
-        return {"type": "text", "text": part} if part else None
+        return _text_block(part)
     if not isinstance(part, dict):
         return None
     kind = part.get("type")
@@ -247,17 +330,18 @@ def _block(part: Any) -> dict[str, Any] | None:
         url = media.image_url(part)
         if media.is_data_url(url):
             return {"type": "image", "source": _data_url_source(url)}
-        if media.is_acceptable_url(url):
+        if media.is_acceptable_url(url) and not url.startswith(media.REF_PREFIX):
             return {"type": "image", "source": {"type": "url", "url": url}}
         return {"type": "text", "text": media.placeholder(part)}
-    file = part.get("file") if kind == "file" else None
-    if isinstance(file, dict) and str(file.get("file_data", "")).startswith("data:"):
-        return {"type": "document", "source": _data_url_source(file["file_data"])}
+    if kind == "file" and isinstance(part.get("file"), dict):
+        return _file_block(part["file"])
+    if kind in ("text", "refusal"):
+        return _text_block(content_text([part]))
     text = content_text([part]) or (f"[{kind}]" if isinstance(kind, str) else "")
-    return {"type": "text", "text": text} if text else None
+    return _text_block(text)
 
 
-def _content_blocks(content: Any) -> list[dict[str, Any]]:
+def content_blocks(content: Any) -> list[dict[str, Any]]:
     parts = content if isinstance(content, list) else [content_text(content)]
     return [block for part in parts if (block := _block(part)) is not None]
 
@@ -270,19 +354,70 @@ def _tool_input(arguments_: Any) -> Any:
     return value if isinstance(value, dict) else {}
 
 
+# What Anthropic takes as a tool_use block's id, and as a tool's name.
+_ID = re.compile(r"[a-zA-Z0-9_-]+")
+_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+
+
+def anthropic_id(value: Any) -> str:
+    """A tool call's id as Anthropic takes it: as it is, or (a chat upstream's, say
+    ``functions.get_weather:0``) its other characters as "_" and a hash of it, so that
+    two ids stay two. The same for the call and the result that answers it."""
+    text = value if isinstance(value, str) else ""
+    if _ID.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{re.sub(r'[^a-zA-Z0-9_-]', '_', text)[:64]}_{digest}"
+
+
+def _call_block(call: Any) -> dict[str, Any]:
+    """A chat tool call as a tool_use block: a function's, or a custom tool's (its
+    free-form input under ``input``)."""
+    call = call if isinstance(call, dict) else {}
+    function, custom = call.get("function"), call.get("custom")
+    if isinstance(function, dict):
+        name, tool_input = function.get("name"), _tool_input(function.get("arguments"))
+    elif isinstance(custom, dict):
+        name, tool_input = custom.get("name"), {"input": custom.get("input")}
+    else:
+        name, tool_input = None, {}
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        name = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:128] if isinstance(name, str) else ""
+    return {
+        "type": "tool_use",
+        "id": anthropic_id(call.get("id")),
+        "name": name or "tool",
+        "input": tool_input,
+    }
+
+
 def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    blocks = _content_blocks(message.get("content"))
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id"),
-                "name": function.get("name"),
-                "input": _tool_input(function.get("arguments")),
-            }
-        )
-    return blocks
+    """An assistant's text and calls: an image or a file memory holds of one (imported,
+    say) as a short text, as Anthropic takes neither from the assistant."""
+    blocks = [
+        block if block["type"] == "text" else {"type": "text", "text": f"[{block['type']}]"}
+        for block in content_blocks(message.get("content"))
+    ]
+    return blocks + [_call_block(call) for call in message.get("tool_calls") or ()]
+
+
+def _result_block(message: dict[str, Any]) -> dict[str, Any]:
+    """A tool message as a tool_result: its text, or its blocks when it holds an image
+    or a file (a screenshot, a page read: Anthropic takes them there)."""
+    result: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": anthropic_id(message.get("tool_call_id")),
+    }
+    content = message.get("content")
+    if isinstance(content, list) and any(_kind(part) in ("image_url", "file") for part in content):
+        result["content"] = content_blocks(content)
+    elif (text := content_text(content)).strip():
+        result["content"] = text  # (optional: a blank text is no block Anthropic takes)
+    return result
+
+
+def _kind(part: Any) -> Any:
+    return part.get("type") if isinstance(part, dict) else None
 
 
 def _side(role: Any, started: bool) -> str:
@@ -308,22 +443,15 @@ def to_anthropic(
         role = message.get("role")
         side = _side(role, started)
         if not side:
-            system += _content_blocks(message.get("content"))
+            system += content_blocks(message.get("content"))
             continue
         started = True
         if role == "assistant":
             blocks = _assistant_blocks(message)
         elif role == "tool":
-            result = content_text(message.get("content"))
-            blocks = [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": message.get("tool_call_id"),
-                    "content": result,
-                }
-            ]
+            blocks = [_result_block(message)]
         else:
-            blocks = _content_blocks(message.get("content"))
+            blocks = content_blocks(message.get("content"))
         if not blocks:
             continue  # Anthropic refuses an empty message
         if messages and messages[-1]["role"] == side:

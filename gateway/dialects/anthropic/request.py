@@ -4,7 +4,8 @@ What is stored: the ``messages`` (``blocks``), as chat messages. ``system`` is t
 client's prompt, as a chat request's system message is: forwarded as sent, never stored;
 memory's own part of the context is added after it (``system`` becomes a list of text
 blocks then). The rest of the body (``tools``, ``thinking``, ``metadata``...) is
-forwarded as sent. Prompt-cache marks: ``breakpoints``.
+forwarded as sent, and so is the newest message (``latest``). Prompt-cache marks:
+``breakpoints``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from gateway.dialects.anthropic.blocks import (
     to_anthropic,
 )
 from gateway.dialects.anthropic.breakpoints import MAX_BREAKPOINTS, count_marks, place
+from gateway.dialects.anthropic.latest import latest_of, restore
 from gateway.dialects.chat.request import (
-    MAX_MODEL_LENGTH,
     MessageLimits,
     MessageShape,
     check_message_sizes,
     check_tool_results,
+    model_and_stream,
     parse_json,
 )
 from gateway.dialects.tool_names import is_function_name, name_error, recorded_bad_name
@@ -48,6 +50,9 @@ class AnthropicRequest:
     # The thinking blocks of the request's assistant messages that call tools, by call id:
     # never stored, sent back with their call (``_with_thinking``).
     thinking: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = ()
+    # The blocks of the request's newest message (a user's), forwarded as the client
+    # sent them in place of memory's reading of them (``latest``).
+    latest: tuple[dict[str, Any], ...] = ()
 
     def forwarded(
         self, context: Sequence[dict[str, Any]], resolved: frozenset[str] = frozenset()
@@ -59,6 +64,8 @@ class AnthropicRequest:
         body = {**self.body, "messages": messages}
         client = self.body.get("system")
         room = MAX_BREAKPOINTS - count_marks(client) - count_marks(self.body.get("tools"))
+        if self.body.get("cache_control") is not None:
+            room -= 1  # the request's own mark (automatic caching) is one of the four
         system: list[dict[str, Any]] = []
         if memory:
             kept = [{"type": "text", "text": client}] if isinstance(client, str) and client else []
@@ -66,6 +73,8 @@ class AnthropicRequest:
             body["system"] = system
         if self.thinking:
             _with_thinking(messages, dict(self.thinking))
+        said = self.messages[-1] if self.messages else None
+        restore(messages, self.latest, context, said)
         if self.marks:
             place(system if memory else [], messages, room)
         return codec.dumps(body)
@@ -113,17 +122,10 @@ def _with_thinking(
 
 
 def _check_fields(body: dict[str, Any]) -> tuple[str, bool]:
-    model = body.get("model")
-    if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_LENGTH:
-        raise InvalidRequest(
-            f"model: must be a string of 1 to {MAX_MODEL_LENGTH} characters", param="model"
-        )
+    model, stream = model_and_stream(body)
     tokens = body.get("max_tokens")
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
         raise InvalidRequest("max_tokens: required, a positive integer", param="max_tokens")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("stream: must be a boolean", param="stream")
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
         raise InvalidRequest("system: must be a string or an array of text blocks", param="system")
@@ -132,7 +134,7 @@ def _check_fields(body: dict[str, Any]) -> tuple[str, bool]:
         # A custom tool's name (server tools name theirs too, from a fixed set).
         if isinstance(tool, dict) and "name" in tool and not is_function_name(tool["name"]):
             raise name_error(f"tools.{i}.name", tool["name"])
-    return model, bool(stream)
+    return model, stream
 
 
 def _checked(converted: Converted, limits: MessageLimits) -> None:
@@ -174,5 +176,12 @@ def parse_anthropic_request(
     converted = messages_from_anthropic(value)
     _checked(converted, limits)
     return AnthropicRequest(
-        body, model, converted.messages, stream, converted.origins, marks, thinking_of(value)
+        body,
+        model,
+        converted.messages,
+        stream,
+        converted.origins,
+        marks,
+        thinking_of(value),
+        latest_of(value),
     )
