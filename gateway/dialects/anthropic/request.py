@@ -27,7 +27,9 @@ from gateway.dialects.anthropic.latest import latest_of, restore
 from gateway.dialects.chat.request import (
     MessageLimits,
     MessageShape,
+    check_message_count,
     check_message_sizes,
+    check_raw_message_count,
     check_tool_results,
     model_and_stream,
     parse_json,
@@ -161,18 +163,13 @@ def _checked(converted: Converted, limits: MessageLimits) -> None:
 def parse_anthropic_request(
     raw: bytes, limits: MessageLimits, marks: bool = True
 ) -> AnthropicRequest:
+    check_raw_message_count(raw, limits)  # (every message has a "role": as chat's)
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
     model, stream = _check_fields(body)
     value = body.get("messages")
-    if isinstance(value, list) and len(value) > limits.max_messages:
-        raise InvalidRequest(
-            f"messages: {len(value)} messages, more than the {limits.max_messages} one "
-            "request may hold",
-            param="messages",
-            code="too_many_messages",
-        )
+    check_message_count(value, limits)
     converted = messages_from_anthropic(value)
     _checked(converted, limits)
     return AnthropicRequest(

@@ -97,3 +97,16 @@ def test_a_message_over_the_cap_is_refused() -> None:
     with pytest.raises(PayloadTooLarge) as refused:
         parsed(messages=huge)
     assert refused.value.param == "messages.0.content"
+
+
+def test_more_messages_than_a_request_may_hold_are_refused() -> None:
+    limits = Limits(max_messages=4)
+    many = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}] * 3
+    raw = json.dumps({"model": "m", "max_tokens": 5, "messages": many}).encode()
+    with pytest.raises(InvalidRequest) as refused:
+        parse_anthropic_request(raw, limits)
+    assert (refused.value.param, refused.value.code) == ("messages", "too_many_messages")
+    # Far more than that: refused from the bytes, before they are parsed.
+    raw = json.dumps({"model": "m", "max_tokens": 5, "messages": many * 10}).encode()
+    with pytest.raises(InvalidRequest, match="more than the 4 messages"):
+        parse_anthropic_request(raw, limits)
