@@ -17,6 +17,7 @@ import pytest
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread
 from devsupport.stored import roles_and_text, stored_log
+from tests.support.anthropic_events import CALL, START, STOP, delta, event, piece, text_block
 from tests.support.fixtures import GatewayFactory
 
 # What Anthropic's API takes as a tool_use id (it refuses others with a 400).
@@ -53,45 +54,12 @@ def stored(redis_server: RedisProcess, key: str, session: str) -> list[dict[str,
         return []
 
 
-def event(kind: str, **fields: Any) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
-
-
 def events(body: bytes) -> list[str]:
     """The type of each event of a relayed stream, in order."""
     return re.findall(r"^event: (\S+)", body.decode("utf-8", "replace"), re.MULTILINE)
 
 
-START = event(
-    "message_start",
-    message={"id": "msg_1", "type": "message", "role": "assistant", "content": [],
-             "model": "m", "stop_reason": None, "usage": {"input_tokens": 5, "output_tokens": 1}},
-)  # fmt: skip
-TEXT = (
-    event("content_block_start", index=0, content_block={"type": "text", "text": ""})
-    + event("content_block_delta", index=0, delta={"type": "text_delta", "text": "hello there"})
-    + event("content_block_stop", index=0)
-)
-CALL = event(
-    "content_block_start",
-    index=0,
-    content_block={"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
-)
-
-
-def delta(reason: Any) -> bytes:
-    return event("message_delta", delta={"stop_reason": reason}, usage={"output_tokens": 3})
-
-
-def piece(json_text: str) -> bytes:
-    return event(
-        "content_block_delta",
-        index=0,
-        delta={"type": "input_json_delta", "partial_json": json_text},
-    )
-
-
-STOP = event("message_stop")
+TEXT = text_block("hello there")
 MALFORMED_STREAMS = {
     "a usage that is not an object": event("message_start", message={"usage": "ab"})
     + TEXT

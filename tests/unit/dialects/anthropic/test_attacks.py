@@ -16,36 +16,12 @@ from gateway.dialects.anthropic.watch import AnthropicWatch, whole_answer
 from gateway.dialects.chat.request import Limits
 from gateway.errors import InvalidRequest
 from gateway.memory.model import Message
+from tests.support.anthropic_events import CALL, START, STOP, delta, event, piece, text_block
 
 TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
 
 
-def event(kind: str, **fields: Any) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
-
-
-START = event("message_start", message={"usage": {"input_tokens": 5, "output_tokens": 1}})
-TEXT = event("content_block_start", index=0, content_block={"type": "text", "text": ""}) + event(
-    "content_block_delta", index=0, delta={"type": "text_delta", "text": "Seat 14C."}
-)
-CALL = event(
-    "content_block_start",
-    index=0,
-    content_block={"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
-)
-STOP = event("message_stop")
-
-
-def delta(reason: Any) -> bytes:
-    return event("message_delta", delta={"stop_reason": reason}, usage={"output_tokens": 3})
-
-
-def piece(json_text: str) -> bytes:
-    return event(
-        "content_block_delta",
-        index=0,
-        delta={"type": "input_json_delta", "partial_json": json_text},
-    )
+TEXT = text_block("Seat 14C.")
 
 
 def watched(*chunks: bytes) -> AnthropicWatch:
