@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from devsupport.fake_upstream import FakeUpstream
-from devsupport.servers import RedisProcess, ServerThread
+from devsupport.servers import RedisProcess, ServerThread, running_redis
 from devsupport.stored import roles_and_text, stored_log
 from tests.support.clients import sdk
 from tests.support.fixtures import GatewayFactory
@@ -307,3 +307,45 @@ def test_with_gateway_keys_the_upstream_gets_the_operators_anthropic_key_only(
     assert headers.get("x-api-key") == anthropic_key
     assert "authorization" not in headers
     assert all(key not in value and "sk-openai" not in value for value in headers.values())
+
+
+def test_redis_down_serves_degraded_then_memory_resumes(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    def ask(client: anthropic.Anthropic, text: str) -> Any:
+        return client.messages.with_raw_response.create(
+            model="claude-fake", max_tokens=50, messages=[{"role": "user", "content": text}]
+        )
+
+    with running_redis(appendonly=True) as redis_server:
+        client = claude(make_gateway(redis_url=redis_server.url), api_key, session_id)
+        ask(client, "my tea is oolong")
+        redis_server.stop()
+        raw = ask(client, "What is my tea?")
+        # Fail-open: forwarded as the client sent it, answered, nothing remembered.
+        assert raw.headers["x-memory-status"] == "degraded"
+        assert said(raw.parse()) == "I don't know your tea."
+        body = forwarded(fake_upstream)
+        assert body["messages"] == [{"role": "user", "content": "What is my tea?"}]
+        redis_server.start()  # same port, same AOF directory
+        again = ask(client, "What is my tea?")
+        assert again.headers["x-memory-status"] == "ok"
+        assert said(again.parse()) == "Your tea is oolong."
+
+
+def test_read_mode_injects_memory_and_records_nothing(
+    gateway: ServerThread, redis_server: RedisProcess, api_key: str, session_id: str
+) -> None:
+    claude(gateway, api_key, session_id).messages.create(
+        model="claude-fake", max_tokens=50, messages=[{"role": "user", "content": "my car is blue"}]
+    )
+    reader = claude(gateway, api_key, session_id, {"X-Memory-Mode": "read"})
+    raw = reader.messages.with_raw_response.create(
+        model="claude-fake",
+        max_tokens=50,
+        messages=[{"role": "user", "content": "What is my car?"}],
+    )
+    assert raw.headers["x-memory-status"] == "ok"
+    assert raw.headers["x-memory-receipt"]  # what memory put in, as for chat
+    assert said(raw.parse()) == "Your car is blue."
+    assert len(stored_log(redis_server, api_key, session_id)) == 2
