@@ -421,13 +421,10 @@ def _kind(part: Any) -> Any:
 
 
 def _side(role: Any, started: bool) -> str:
-    return (
-        "assistant"
-        if role == "assistant"
-        else "user"
-        if started or role not in PROMPT_ROLES
-        else ""
-    )
+    """Whose turn a message is ("": memory's prompt, before the conversation began)."""
+    if role == "assistant":
+        return "assistant"
+    return "user" if started or role not in PROMPT_ROLES else ""
 
 
 def to_anthropic(
