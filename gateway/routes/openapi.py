@@ -173,17 +173,49 @@ _RESPONSES_REQUEST: Schema = {
     },
 }  # fmt: skip
 
-# path: (summary, request model or component name, what the upstream answers)
-_PROXIED: dict[str, tuple[str, type[BaseModel] | str, str]] = {
+_MESSAGES_REQUEST: Schema = {
+    "type": "object", "required": ["model", "max_tokens", "messages"], "properties": {
+        "model": {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_LENGTH},
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "messages": {"description": "user and assistant messages (content a string or "
+                     "content blocks: text, image, document, tool_use, tool_result are "
+                     "remembered; thinking and server tools' blocks are not stored)",
+                     "type": "array", "minItems": 1, "items": {"type": "object"}},
+        "system": {"description": "the client's prompt: forwarded, memory's after it",
+                   "anyOf": [{"type": "string"},
+                             {"type": "array", "items": {"type": "object"}}]},
+        "stream": {"type": "boolean"},
+    },
+}  # fmt: skip
+_ANTHROPIC_ERROR: Schema = {
+    "type": "object", "required": ["type", "error"], "properties": {
+        "type": {"const": "error"},
+        "error": {"type": "object", "required": ["type", "message"], "properties": {
+            "type": {"type": "string"}, "message": {"type": "string"}}},
+    },
+}  # fmt: skip
+
+# path: (summary, request model or component name, what the upstream answers, its errors'
+# component)
+_PROXIED: dict[str, tuple[str, type[BaseModel] | str, str, str]] = {
     "/v1/chat/completions": (
         "Chat completions with memory (the body is forwarded; only messages change)",
         ChatCompletionRequest,
         "the upstream's answer, JSON or an SSE stream",
+        "Error",
     ),
     "/v1/responses": (
         "The Responses API with memory (the body is forwarded; only input changes)",
         "ResponsesRequest",
         "the upstream's response, JSON or an SSE event stream",
+        "Error",
+    ),
+    "/v1/messages": (
+        "Anthropic's Messages API with memory (the body is forwarded; only messages change, "
+        "and memory is added to system); the key in x-api-key or Authorization",
+        "MessagesRequest",
+        "the upstream's message, JSON or an SSE event stream",
+        "AnthropicError",
     ),
 }
 
@@ -215,13 +247,18 @@ def _components() -> tuple[dict[type[Any], Schema], dict[str, Schema]]:
         schema_generator=_Names,
     )
     by_model = {model: schema for (model, _), schema in refs.items()}
-    return by_model, {**defs["$defs"], "ResponsesRequest": _RESPONSES_REQUEST}
+    extra = {
+        "ResponsesRequest": _RESPONSES_REQUEST,
+        "MessagesRequest": _MESSAGES_REQUEST,
+        "AnthropicError": _ANTHROPIC_ERROR,
+    }
+    return by_model, {**defs["$defs"], **extra}
 
 
-def _errors(statuses: tuple[str, ...]) -> dict[str, Schema]:
-    """Every gateway error answers with the OpenAI envelope."""
+def _errors(statuses: tuple[str, ...], envelope: str = "Error") -> dict[str, Schema]:
+    """Every gateway error answers with the OpenAI envelope (Anthropic's on its API)."""
     return {
-        status: {"description": _ERROR_TEXT[status], "content": {JSON: {"schema": _ref("Error")}}}
+        status: {"description": _ERROR_TEXT[status], "content": {JSON: {"schema": _ref(envelope)}}}
         for status in statuses
     }
 
@@ -252,14 +289,14 @@ def _operation(path: str, op: Operation, refs: dict[type[Any], Schema]) -> Schem
 def openapi_document() -> dict[str, Any]:
     refs, components = _components()
     paths: dict[str, Schema] = {}
-    for path, (summary, body, answer) in _PROXIED.items():
+    for path, (summary, body, answer, envelope) in _PROXIED.items():
         request = _ref(body) if isinstance(body, str) else refs[body]
         paths[path] = {"post": {
             "summary": summary,
             "parameters": _HEADERS,
             "requestBody": _json_body(request),
             "responses": {"200": {"description": answer},
-                          **_errors(("400", "413", "502", "503", "504"))},
+                          **_errors(("400", "413", "502", "503", "504"), envelope)},
         }}  # fmt: skip
     for (path, method), op in OPERATIONS.items():
         paths.setdefault(path, {})[method] = _operation(path, op, refs)
@@ -269,7 +306,8 @@ def openapi_document() -> dict[str, Any]:
             "title": "memory-gateway",
             "version": __version__,
             "description": "An OpenAI-compatible proxy with long-conversation memory. "
-            'Errors use OpenAI\'s envelope: {"error": {message, type, param, code}}.',
+            'Errors use OpenAI\'s envelope: {"error": {message, type, param, code}}; '
+            "on /v1/messages, Anthropic's.",
         },
         "security": [{"bearer": []}],
         "components": {

@@ -350,7 +350,7 @@ def test_openapi_document_matches_the_routes(gateway: ServerThread) -> None:
         (route.path, method)
         for route in app.routes
         if route.path.startswith("/memory/")
-        or route.path in ("/v1/chat/completions", "/v1/responses")
+        or route.path in ("/v1/chat/completions", "/v1/responses", "/v1/messages")
         for method in route.methods - {"HEAD"}
     }
     assert routed and documented == routed
