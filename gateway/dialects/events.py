@@ -13,6 +13,25 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import codec
+from gateway.upstream.sse import SSEDecoder
+
+
+class EventFed:
+    """A watch fed a relayed stream's bytes, reading each event's ``data`` (``_add``)."""
+
+    _decoder: SSEDecoder
+
+    def _add(self, data: str) -> None:
+        raise NotImplementedError
+
+    def feed(self, chunk: bytes) -> None:
+        for event in self._decoder.feed(chunk):
+            self._add(event.data)
+
+    def close(self) -> None:
+        """The upstream closed the body cleanly."""
+        for event in self._decoder.close():
+            self._add(event.data)
 
 
 def typed_event(data: str) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from gateway import codec
 from gateway.dialects.anthropic.blocks import answer_message
-from gateway.dialects.events import event_named, split_at_last_event, typed_event
+from gateway.dialects.events import EventFed, event_named, split_at_last_event, typed_event
 from gateway.memory.model import Message
 from gateway.upstream.sse import SSEDecoder
 
@@ -128,7 +128,7 @@ def _usage(value: Any) -> dict[str, Any]:
     return value
 
 
-class AnthropicWatch:
+class AnthropicWatch(EventFed):
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
         self._blocks: dict[int, _Block] = {}
@@ -138,14 +138,6 @@ class AnthropicWatch:
         self._failed = False
         self.malformed = 0
         self._read: tuple[Message | None] | None = None  # the answer, once read (``_answer``)
-
-    def feed(self, chunk: bytes) -> None:
-        for event in self._decoder.feed(chunk):
-            self._add(event.data)
-
-    def close(self) -> None:
-        for event in self._decoder.close():
-            self._add(event.data)
 
     def _add(self, data: str) -> None:
         self._read = None

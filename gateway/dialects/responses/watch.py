@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.dialects.events import event_named, split_at_last_event, typed_event
+from gateway.dialects.events import EventFed, event_named, split_at_last_event, typed_event
 from gateway.dialects.responses.items import message_from_output
 from gateway.memory.model import Message
 from gateway.upstream.sse import SSEDecoder
@@ -65,7 +65,7 @@ def error_event(message: str, code: str, sequence_number: int) -> bytes:
     return b"event: error\ndata: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-class ResponsesWatch:
+class ResponsesWatch(EventFed):
     def __init__(self) -> None:
         self._decoder = SSEDecoder(max_event_chars=MAX_EVENT_CHARS)
         self._text: list[str] = []
@@ -75,14 +75,6 @@ class ResponsesWatch:
         self._usage: dict[str, Any] | None = None
         self._sequence = -1
         self.malformed = 0
-
-    def feed(self, chunk: bytes) -> None:
-        for event in self._decoder.feed(chunk):
-            self._add(event.data)
-
-    def close(self) -> None:
-        for event in self._decoder.close():
-            self._add(event.data)
 
     def _add(self, data: str) -> None:
         if data.strip() == "[DONE]":
