@@ -20,7 +20,7 @@ from devsupport.stored import stored_log
 from gateway.memory.model import content_text
 from tests.integration import test_vercel_ai as vercel
 from tests.integration.test_agents_sdk import ANSWERS, QUESTIONS, agent, get_weather, run
-from tests.support.clients import LONG, Memory, register_content
+from tests.support.clients import LONG, Memory, register_content, sdk
 from tests.support.fixtures import GatewayFactory
 
 CONVERSATION = [m for pair in zip(QUESTIONS, ANSWERS, strict=True) for m in pair]
@@ -38,13 +38,6 @@ def fake_upstream_server() -> Iterator[tuple[FakeUpstream, ServerThread]]:
     fake = FakeUpstream(chat_only=True)
     with ServerThread(fake.app()) as thread:
         yield fake, thread
-
-
-def sdk(gateway: ServerThread, key: str, session: str | None) -> openai.OpenAI:
-    headers = {"X-Session-Id": session} if session else {}
-    return openai.OpenAI(
-        base_url=gateway.url + "/v1", api_key=key, default_headers=headers, max_retries=0
-    )
 
 
 def chat_requests(fake: FakeUpstream) -> list[Any]:
