@@ -210,10 +210,16 @@ _ANTHROPIC_TYPES = {
 }
 
 
-def anthropic_body(status: int, message: str) -> dict[str, Any]:
-    """An error in Anthropic's envelope: ``{"type": "error", "error": {"type", "message"}}``."""
-    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+def anthropic_error(kind: str, message: str) -> dict[str, Any]:
+    """An error in Anthropic's envelope: ``{"type": "error", "error": {"type", "message"}}``
+    (a body's, or an ``error`` event's data)."""
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def anthropic_body(status: int, message: str) -> dict[str, Any]:
+    """An error answered with ``status``, in Anthropic's envelope and its type for it."""
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return anthropic_error(kind, message)
 
 
 def sse_error_event(message: str, type_: str, code: str | None) -> bytes:

@@ -172,8 +172,9 @@ def reference(part: Any) -> dict[str, Any] | None:
     return media
 
 
-def _payload(url: str) -> tuple[str, str]:
-    """A data URL's declared type and base64 text."""
+def data_url_payload(url: str) -> tuple[str, str]:
+    """A data URL's declared type (lower-case) and base64 text (``MediaError``: not a
+    base64 data URL)."""
     head, comma, payload = url.partition(",")
     if not comma or not head.lower().endswith(";base64"):
         raise MediaError("an image data URL must be data:<type>;base64,<data>")
@@ -215,7 +216,7 @@ def _open(raw: bytes) -> tuple[str, int, int]:
 
 def decode(url: str) -> Decoded:
     """A data URL's image: its bytes, hash and size (raises ``MediaError``)."""
-    _, payload = _payload(url)
+    _, payload = data_url_payload(url)
     try:
         raw = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
@@ -264,7 +265,7 @@ def _head_size(url: str) -> tuple[int, int]:
     """A data URL's image size from its first bytes; ``URL_IMAGE_SIZE`` when they do not
     tell (such a part is refused when it is taken in: this is only an estimate)."""
     try:
-        _, payload = _payload(url)
+        _, payload = data_url_payload(url)
         head = payload[:_HEAD_CHARS]
         raw = base64.b64decode(head[: len(head) - len(head) % 4], validate=True)
         _, width, height = _open(raw)

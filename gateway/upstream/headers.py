@@ -125,22 +125,24 @@ def request_headers(
     body is the gateway's (a memory turn), whose answer is read to be recorded: the
     client's Content-Encoding does not describe it, and the answer is asked uncompressed.
     ``key_header``: where the upstream reads a key: ``authorization`` (Bearer), or
-    ``x-api-key`` (Anthropic's API: ``_as_api_key``).
+    ``x-api-key`` (Anthropic's API: ``_with_api_key``).
     """
     headers = list(headers)
     drop = _connection_tokens(headers)  # hop-by-hop, even when allowed
     if rewritten:
         drop |= {"accept-encoding", "content-encoding"}
     # The client's own key: its Authorization and its choice of account go as it sent them.
-    own = {"authorization"} | ACCOUNT_HEADERS if api_key is None else frozenset()
+    # (OpenAI's account headers name nothing at an upstream that reads x-api-key.)
+    accounts = ACCOUNT_HEADERS if key_header == "authorization" else frozenset()
+    own = {"authorization"} | accounts if api_key is None else frozenset()
     out = []
     for name, value in headers:
         lower = name.lower()
         if lower not in drop and (allowlist.allows(lower) or lower in own):
             out.append((name, value))
     if key_header == "x-api-key":
-        out, api_key = _as_api_key(out, headers, api_key)
-    if api_key:
+        out = _with_api_key(out, headers, api_key)
+    elif api_key:
         out.append(("authorization", f"Bearer {api_key}"))
     if rewritten:
         # We must read the answer to record it: ask for it uncompressed.
@@ -148,20 +150,18 @@ def request_headers(
     return out
 
 
-def _as_api_key(
+def _with_api_key(
     sent: list[tuple[str, str]], received: list[tuple[str, str]], api_key: str | None
-) -> tuple[list[tuple[str, str]], None]:
+) -> list[tuple[str, str]]:
     """The headers for an upstream that reads ``x-api-key`` (Anthropic's): ``api_key``
     there; or, the client's own key (None), in the header the client sent it in (an API
     key as ``x-api-key``, an OAuth token as ``Authorization: Bearer``)."""
     own = [value for name, value in received if name.lower() == "x-api-key"]
-    # OpenAI's account headers name nothing there.
-    sent = [(name, value) for name, value in sent if name.lower() not in ACCOUNT_HEADERS]
     if api_key is None and not own:
-        return sent, None
+        return sent
     kept = [(name, value) for name, value in sent if name.lower() != "authorization"]
     key = own[0] if api_key is None else api_key
-    return ([*kept, ("x-api-key", key)] if key else kept), None
+    return [*kept, ("x-api-key", key)] if key else kept
 
 
 def response_headers(headers: Iterable[tuple[str, str]], *, decoded: bool) -> list[tuple[str, str]]:

@@ -289,9 +289,12 @@ def answer_message(content: Any) -> Message | None:
 # --- Going out: the assembled context (chat-format dicts) as Anthropic's fields. ---
 
 
-def _data_url_source(url: str) -> dict[str, Any]:
-    head, _, data = url.partition(",")
-    mime = head.removeprefix("data:").split(";", 1)[0] or "application/octet-stream"
+def _data_url_source(url: str) -> dict[str, Any] | None:
+    """A base64 data URL as Anthropic's base64 source; None: not one (sent as text)."""
+    try:
+        mime, data = media.data_url_payload(url)
+    except media.MediaError:
+        return None
     return {"type": "base64", "media_type": mime, "data": data}
 
 
@@ -329,10 +332,14 @@ def _block(part: Any) -> dict[str, Any] | None:
     if kind == "image_url" and media.is_image(part):
         url = media.image_url(part)
         if media.is_data_url(url):
-            return {"type": "image", "source": _data_url_source(url)}
-        if media.is_acceptable_url(url) and not url.startswith(media.REF_PREFIX):
-            return {"type": "image", "source": {"type": "url", "url": url}}
-        return {"type": "text", "text": media.placeholder(part)}
+            source = _data_url_source(url)
+        elif media.is_acceptable_url(url) and not url.startswith(media.REF_PREFIX):
+            source = {"type": "url", "url": url}
+        else:
+            source = None
+        if source is None:
+            return {"type": "text", "text": media.placeholder(part)}
+        return {"type": "image", "source": source}
     if kind == "file" and isinstance(part.get("file"), dict):
         return _file_block(part["file"])
     if kind in ("text", "refusal"):

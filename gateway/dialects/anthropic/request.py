@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from gateway import codec
 from gateway.dialects.anthropic.blocks import (
     Converted,
@@ -26,7 +24,7 @@ from gateway.dialects.anthropic.breakpoints import MAX_BREAKPOINTS, count_marks,
 from gateway.dialects.anthropic.latest import latest_of, restore
 from gateway.dialects.chat.request import (
     MessageLimits,
-    MessageShape,
+    check_kept_shape,
     check_message_count,
     check_message_sizes,
     check_raw_message_count,
@@ -144,12 +142,7 @@ def _checked(converted: Converted, limits: MessageLimits) -> None:
     sent again, through any of the three APIs, on every later turn."""
     chat = [m.to_openai() for m in converted.messages]
     for n, message in enumerate(chat):
-        try:
-            MessageShape.model_validate(message)
-        except ValidationError as error:
-            problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
-            param = f"{converted.origins[n]}.content"
-            raise InvalidRequest(f"{param}: {problem}", param=param) from None
+        check_kept_shape(message, f"{converted.origins[n]}.content")
     check_message_sizes(chat, limits, lambda i, _: f"{converted.origins[i]}.content")
     try:
         check_tool_results(converted.messages, None)

@@ -26,6 +26,7 @@ from typing import Any
 from gateway import codec
 from gateway.dialects.anthropic.blocks import answer_message
 from gateway.dialects.events import EventFed, event_named, split_at_last_event, typed_event
+from gateway.errors import anthropic_error
 from gateway.memory.model import Message
 from gateway.upstream.sse import SSEDecoder
 
@@ -80,8 +81,7 @@ def whole_answer(body: Any) -> Message | None:
 
 def error_event(message: str, type_: str) -> bytes:
     """An ``error`` event as Anthropic sends one (the SDK raises it as an APIError)."""
-    kind = _ERROR_TYPES.get(type_, type_)
-    data = {"type": "error", "error": {"type": kind, "message": message}}
+    data = anthropic_error(_ERROR_TYPES.get(type_, type_), message)
     return b"event: error\ndata: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -217,8 +217,10 @@ class AnthropicWatch(EventFed):
         answer = self._answer()
         if answer is not None:
             return answer
-        text = [b for b in self._blocks.values() if b.fields.get("type") == "text"]
-        return Message(role="assistant", content="".join("".join(b.pieces) for b in text))
+        # What was relayed of it, when it cannot be read whole (the text, as the SDK shows it).
+        blocks = [self._blocks[i] for i in sorted(self._blocks)]
+        text = [b.whole()["text"] for b in blocks if b.fields.get("type") == "text"]
+        return Message(role="assistant", content="".join(text))
 
     @property
     def usage(self) -> Any:

@@ -200,6 +200,17 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+def check_kept_shape(message: dict[str, Any], param: str) -> None:
+    """Refuse (400, at ``param``) a message another API's request would have memory keep
+    in a shape the chat proxy refuses: kept, it may be sent again, through any of the
+    APIs, on every later turn."""
+    try:
+        MessageShape.model_validate(message)
+    except ValidationError as error:
+        problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise InvalidRequest(f"{param}: {problem}", param=param) from None
+
+
 def model_and_stream(body: dict[str, Any]) -> tuple[str, bool]:
     """A body's ``model`` and ``stream`` (400 naming the field), for the APIs whose body
     is not a pydantic model here (Responses, Messages)."""

@@ -21,12 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from gateway import codec, offload
 from gateway.dialects.chat.request import (
     MessageLimits,
-    MessageShape,
+    check_kept_shape,
     check_message_sizes,
     check_tool_results,
     model_and_stream,
@@ -142,14 +140,7 @@ def parse_responses_request(raw: bytes, limits: MessageLimits) -> ResponsesReque
     for n, message in enumerate(converted.messages):
         if is_reference(message):
             continue  # no content until resolved (to a message stored already)
-        # What is stored is held to the chat proxy's rules: a shape that passes here may
-        # be sent again, through either API, on every later turn.
-        try:
-            MessageShape.model_validate(message.to_openai())
-        except ValidationError as error:
-            problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
-            param = converted.item(n)
-            raise InvalidRequest(f"{param}: {problem}", param=param) from None
+        check_kept_shape(message.to_openai(), converted.item(n))
     check_message_sizes([m.to_openai() for m in converted.messages], limits, converted.field)
     try:
         # A reference may be a function call: what follows one is checked from there on,
