@@ -8,15 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 
 from devsupport.fake_upstream import FakeUpstream
+from tests.integration.test_prompt_cache import MEDIUM  # messages of ~40 tokens
 from tests.support.clients import Memory
 from tests.support.fixtures import GatewayFactory
 
-# Messages of ~40 tokens, as a conversation's.
-MEDIUM = "note {i} on topic {t}: " + "we talked about the river and the lazy dog again " * 3
 QUESTIONS = [f"Tell me more about topic {t} and the river, please." for t in range(6)]
 
 
@@ -60,14 +58,9 @@ def test_the_stable_part_is_read_from_the_cache_turn_after_turn(
 ) -> None:
     fake_upstream.anthropic.cache.min_tokens = 64  # prompts of a test's size are cached
     gateway = make_gateway(memory={"preset": "hybrid-recall", "stable_layout": stable})
-    Memory(gateway, api_key, session_id).add(120, MEDIUM)
-    flushed = httpx.post(
-        f"{gateway.url}/memory/sessions/{session_id}/flush",
-        json={},
-        headers={"Authorization": f"Bearer {api_key}"},
-        timeout=60,
-    )
-    assert flushed.status_code == 200, flushed.text
+    memory = Memory(gateway, api_key, session_id)
+    memory.add(120, MEDIUM)
+    memory.flush()
     usages = replay(gateway.url, api_key, session_id)
     bodies = [r.json() for r in fake_upstream.messages_requests()]
     assert all(
