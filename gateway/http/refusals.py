@@ -1,5 +1,7 @@
 """A request refused by a middleware, before any route: the error in OpenAI's envelope,
-and a 429 sent after a random part of a second.
+and a 429 sent after a random part of a second, counted against its client address
+(``refused_addresses``: an address refused again and again is turned away when it
+connects).
 
 Refusals that arrive together (a client's connections reopened at once, its kept-alive
 ones timing out together) then end apart, and its retries with them, instead of coming
@@ -15,6 +17,8 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import REFUSAL_SPREAD_S, GatewayError, TooManyRequests
+from gateway.http.refused_addresses import REFUSED
+from gateway.http.server import client_address
 from gateway.observability import request_log
 
 
@@ -25,5 +29,8 @@ def error_response(error: GatewayError) -> JSONResponse:
 async def refuse(error: TooManyRequests, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer a limit's 429, noted on the access line, after a random part of a second."""
     request_log.note(rate_limited=error.type)
+    client = scope.get("client")
+    if client:
+        REFUSED.note((scope.get("server"), client_address(client[0])))
     await asyncio.sleep(random.uniform(0, REFUSAL_SPREAD_S))
     await error_response(error)(scope, receive, send)

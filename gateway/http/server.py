@@ -26,10 +26,12 @@ the connection (or of its first byte, on a kept-alive connection), a body within
 upstream stream is closed at once). Each is one timer a connection, re-armed only when the
 connection changes state: a request read in one piece costs none. And one client address
 may hold at most ``max_connections_per_client`` connections at once: past that, a new one
-is answered 429 and closed, before anything is read or parsed. Those answers are paced,
-``REFUSALS_PER_TURN`` a turn of the event loop: a client that reopens hundreds of refused
-connections at once (each costs ~0.1 ms) would otherwise hold the loop for tens of ms
-while every other client's request waited behind them.
+is answered 429 and closed, before anything is read or parsed; so is a new one from an
+address whose requests the app refused again and again (``refused_addresses``). Those
+answers are paced, ``REFUSALS_PER_TURN`` a turn of the event loop: a client that reopens
+hundreds of refused connections at once (each costs ~0.1 ms) would otherwise hold the
+loop for tens of ms while every other client's request waited behind them. For the same
+reason the requests an address sends at once start a few a turn (``fair_starts``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from gateway.compat.uvicorn import (
     ServerState,
 )
 from gateway.errors import REFUSAL_SPREAD_S, error_body
+from gateway.http.fair_starts import FairStarts
+from gateway.http.refused_addresses import HOLD_AFTER, REFUSED
 from gateway.http.slow_readers import Sample, too_slow
 
 TOO_LARGE = "Request line and headers too large."
@@ -125,6 +129,8 @@ REFUSALS_PER_TURN = 16
 # a descriptor meanwhile; past this they are answered at once (paced).
 SPREAD_REFUSALS = 128
 _SPREADING: weakref.WeakKeyDictionary[ServerState, list[int]] = weakref.WeakKeyDictionary()
+# Request starts, paced per client address (``fair_starts``), per server.
+_STARTS: weakref.WeakKeyDictionary[ServerState, FairStarts] = weakref.WeakKeyDictionary()
 # A refused connection or a deadline is logged at most this often: an attack of a
 # thousand sockets must not become a thousand log lines.
 _WARN_EVERY_S = 10.0
@@ -195,7 +201,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.heads = 0  # request heads read whole on this connection
         self.limits = limits or ClientLimits()
         self.counted_as: str | None = None  # the client address this connection counts for
-        self.refused = False  # past the cap: waits for its 429 (``_refuse_paced``)
+        self.refused = False  # turned away: waits for its 429 (``_refuse_paced``)
+        self.refusal = ("", "")  # what that 429 says, and its code
         # What the client is expected to send now, and the deadline for it (one timer,
         # re-armed only when ``expecting`` changes: trickling bytes does not extend it).
         self.expecting: _Reading | None = _Reading.HEAD
@@ -215,12 +222,12 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = self.reporting = _ReportingFlow(transport, self._reading_resumed)
-        if self._over_the_cap():
+        if self._turned_away():
             return
         _bound_send_buffer(transport)
         self._rearm_read_deadline()
 
-    def _over_the_cap(self) -> bool:
+    def _turned_away(self) -> bool:
         cap = self.limits.max_connections_per_client
         if not cap or self.client is None:
             return False
@@ -232,13 +239,31 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             _warn_rarely(
                 self.logger, "cap", "refused a connection: %d already open from one address", cap
             )
-            self.expecting = None
-            self.refused = True  # what it sends until its answer is dropped unread
-            self._refuse_spread()
+            message = f"too many open connections from one address (at most {cap})"
+            self._turn_away(message, "too_many_connections")
+            return True
+        if REFUSED.held((self.server, address)):
+            REFUSED.note((self.server, address))  # still hammering: still held
+            _warn_rarely(
+                self.logger,
+                "held",
+                "refused a connection: over %d requests refused from its address in two seconds",
+                HOLD_AFTER,
+            )
+            message = "too many requests refused from one address in the last seconds"
+            self._turn_away(message, "too_many_refused_requests")
             return True
         counts[address] = counts.get(address, 0) + 1
         self.counted_as = address
         return False
+
+    def _turn_away(self, message: str, code: str) -> None:
+        """Answer this connection 429 with ``message`` (spread, then paced), reading none
+        of what it sends."""
+        self.expecting = None
+        self.refused = True  # what it sends until its answer is dropped unread
+        self.refusal = (message, code)
+        self._refuse_spread()
 
     def _refuse_spread(self) -> None:
         """This connection's 429 after a random part of ``REFUSAL_SPREAD_S`` (while at most
@@ -268,11 +293,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def _refuse(self) -> None:
         if self.transport.is_closing():  # the client left while it waited
             return
-        cap = self.limits.max_connections_per_client
-        message = f"too many open connections from one address (at most {cap})"
-        self._answer_and_close(
-            429, message, "rate_limit_error", "too_many_connections", b"retry-after: 1\r\n"
-        )
+        message, code = self.refusal
+        self._answer_and_close(429, message, "rate_limit_error", code, b"retry-after: 1\r\n")
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self.read_deadline, self.write_deadline, self.reader_check):
@@ -342,6 +364,19 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.reader_check is None and self.limits.min_read_bytes_s:
             self._watch_reader()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """The request's task, started in its client address's turn (``fair_starts``)."""
+        starts = _STARTS.get(self.server_state)
+        if starts is None:
+            starts = _STARTS[self.server_state] = FairStarts(self.loop)
+        address = client_address(self.client[0]) if self.client else ""
+
+        def begin() -> None:
+            if not self.transport.is_closing():  # (the client left while it waited)
+                super(BoundedHeadProtocol, self)._start_asgi_task(cycle, app)
+
+        starts.start(address, begin)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
