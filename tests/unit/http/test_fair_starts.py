@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from gateway.http.fair_starts import STARTS_PER_TURN, FairStarts
 
@@ -16,7 +17,7 @@ async def test_a_few_requests_at_once_start_at_once() -> None:
     starts = FairStarts(asyncio.get_running_loop())
     started: list[int] = []
     for n in range(STARTS_PER_TURN):
-        starts.start("a", lambda n=n: started.append(n))
+        starts.start("a", functools.partial(started.append, n))
     assert started == list(range(STARTS_PER_TURN))
 
 
@@ -25,7 +26,7 @@ async def test_a_burst_is_spread_over_turns_in_order_while_other_addresses_start
     started: list[str] = []
     burst = 5 * STARTS_PER_TURN
     for n in range(burst):
-        starts.start("attacker", lambda n=n: started.append(f"attacker {n}"))
+        starts.start("attacker", functools.partial(started.append, f"attacker {n}"))
     assert len(started) == STARTS_PER_TURN
     starts.start("victim", lambda: started.append("victim"))
     assert started[-1] == "victim"  # not behind the burst
@@ -40,7 +41,7 @@ async def test_a_queued_address_does_not_jump_its_own_queue() -> None:
     starts = FairStarts(asyncio.get_running_loop())
     started: list[int] = []
     for n in range(3 * STARTS_PER_TURN):
-        starts.start("a", lambda n=n: started.append(n))
+        starts.start("a", functools.partial(started.append, n))
     await turns(1)  # a new turn: the address still has starts waiting, then one more comes
     assert len(started) == 2 * STARTS_PER_TURN
     starts.start("a", lambda: started.append(99))
