@@ -10,9 +10,9 @@ Here a client address starts at most ``STARTS_PER_TURN`` requests a turn; the re
 in its queue, and each later turn starts the next few of every address with some waiting,
 in turn, after the loop has polled for everyone's I/O. A client that sends few requests
 at once never waits (nothing is queued: the start is immediate, as before); a burst from
-one address is spread over turns while other addresses' requests start as they come.
-The same idea as nginx's per-connection request pacing and Envoy's per-downstream
-fairness, at the one point every request passes: its start.
+one address is spread over turns while other addresses' requests start as they come:
+the round robin of the heavy-work pool (``offload``), at the one point every request
+passes, its start.
 """
 
 from __future__ import annotations

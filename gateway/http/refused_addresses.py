@@ -11,12 +11,12 @@ costs a fraction of it.
 So an address whose requests were refused ``HOLD_AFTER`` times in this second and the
 one before is held: its new connections are answered 429 at once (paced and spread as
 every connection refusal), until the count of the last two seconds falls below that.
-Each of those refusals counts too, so an address that keeps hammering stays held, and one
-that calms down is let in again within two seconds. A client that meets a limit now and then (and
-retries after its ``Retry-After``) never comes near the bound. As nginx's ``limit_req``
-and ``limit_conn``, it is per address: clients behind one NAT share it while one of them
-hammers; ``server.trusted_proxies`` are never held (their connections carry many
-clients), and the connection cap's ``max_connections_per_client: 0`` turns it off too.
+Each of those refusals counts too, so an address that keeps hammering stays held, and
+one that calms down is let in again within two seconds. A client that meets a limit now
+and then (and retries after its ``Retry-After``) never comes near the bound. As nginx's
+``limit_req`` and ``limit_conn``, it is per address: clients behind one NAT share it
+while one of them hammers; ``server.trusted_proxies`` are never held (their connections
+carry many clients), and ``max_connections_per_client: 0`` turns it off with the cap.
 
 Counted per server (its listening address) and client address, in this process, with no
 IO: pure bookkeeping over a clock.
@@ -31,8 +31,8 @@ from collections.abc import Callable, Hashable
 # that honours Retry-After makes, far below what a reconnecting flood makes (hundreds).
 HOLD_AFTER = 64
 WINDOW_S = 1.0
-# Addresses tracked at most; past it the counts start again (a spoofless flood of
-# distinct addresses is bounded by the kernel's connection handling, not by this).
+# Addresses tracked at most; past it the counts start again (the memory stays bounded
+# however many addresses a flood comes from).
 KEPT = 10_000
 
 
