@@ -54,7 +54,7 @@ def pending(admin: Any, shard: int) -> int:
     return int(admin.xpending(job_stream(shard), JOB_GROUP)["pending"])
 
 
-async def test_a_worker_blocked_for_five_seconds_stops_within_half_a_second(
+async def test_a_worker_blocked_for_five_seconds_stops_without_waiting_it_out(
     store: RedisStore, admin: Any
 ) -> None:
     runner = JobRunner(store, Summarizer(None, TokenCounter()), PRESETS["hybrid"])
@@ -67,7 +67,9 @@ async def test_a_worker_blocked_for_five_seconds_stops_within_half_a_second(
     stop.set()
     await asyncio.wait_for(running, 5)
     elapsed = time.monotonic() - started
-    assert elapsed < 0.5, f"stopped in {elapsed:.2f} s"
+    # ~0.05 s when the read is cancelled; a stop that waited the 5 s block out fails. The
+    # bar is half the block, not a timing target: a loaded CI machine adds its own pauses.
+    assert elapsed < 2.5, f"stopped in {elapsed:.2f} s"
     # The server let go of the reads (their connections were closed), so a notice
     # announced now waits for the next worker instead of going to one that left.
     # (Well within the reads' 5 s block, which would also end them.)

@@ -210,7 +210,9 @@ def test_serve_with_gateway_keys_made_and_revoked_through_the_admin_api(
     assert "sk-operator-0123456789" not in output and key not in output
 
 
-def test_serve_stops_within_half_a_second_of_sigterm(served: tuple[Path, str]) -> None:
+def test_serve_stops_at_sigterm_without_waiting_out_the_workers_read(
+    served: tuple[Path, str],
+) -> None:
     """Idle, as a service manager or ``docker stop`` finds it: the in-process worker's
     blocked read of the job stream is cancelled, not waited out (here a 5 s one)."""
     config, upstream_url = served
@@ -222,7 +224,9 @@ def test_serve_stops_within_half_a_second_of_sigterm(served: tuple[Path, str]) -
         started = time.monotonic()
         status = gateway.stop(signal.SIGTERM)
         elapsed = time.monotonic() - started
-    assert elapsed < 0.5, f"serve took {elapsed:.2f} s to stop: see {gateway.log}"
+    # Well under a second when the read is cancelled; waiting the 5 s block out fails. The
+    # bar is half the block, not a timing target: a loaded CI machine adds its own pauses.
+    assert elapsed < 2.5, f"serve took {elapsed:.2f} s to stop: see {gateway.log}"
     # A shutdown, not a kill: uvicorn ends by re-raising the signal once the app has
     # stopped, and the app stopped its private Redis (whose socket it removes).
     assert status == -signal.SIGTERM
