@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from devsupport.servers import free_port, redis_server_binary
+from devsupport.servers import DIE_WITH_PARENT, free_port, redis_server_binary
 
 __all__ = [
     "DIE_WITH_PARENT",
@@ -44,18 +44,6 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# Runs a child (``python -c DIE_WITH_PARENT <argv>``) so that it gets SIGINT when the
-# benchmark dies, even of SIGKILL (when no cleanup runs): Linux's PR_SET_PDEATHSIG (1)
-# survives the exec. Elsewhere, a plain exec.
-DIE_WITH_PARENT = """
-import ctypes, os, signal, sys
-try:
-    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGINT)
-except OSError:
-    pass
-os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
-"""
 
 # The test suite's fake upstream, for its summarizer models (valid summaries and facts;
 # ``slow-summarizer``: each after argv[2] seconds): ``python -c SUMMARIZER_SERVER PORT S``.

@@ -41,6 +41,22 @@ class _PromptServer(uvicorn.Server):
                 await asyncio.wait_for(self.wake.wait(), 0.1)
 
 
+# Runs a Python child (``python -c DIE_WITH_PARENT <argv>``) so that it gets SIGTERM when
+# the process that started it dies, even of SIGKILL (when no cleanup runs): Linux's
+# PR_SET_PDEATHSIG (1) survives the exec. Elsewhere, a plain exec. (Bound to the thread
+# that starts the child: start it from the main thread.) A benchmark or a test run killed
+# by a timeout then leaves no gateway behind. SIGTERM, not SIGINT: a process started in
+# the background by a shell inherits SIGINT ignored, and Python then leaves it ignored.
+DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+except OSError:
+    pass
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
 class ServerThread:
     """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread with its own loop."""
 

@@ -1,0 +1,58 @@
+"""A child started through ``DIE_WITH_PARENT`` (the gateways the tests and benchmarks
+start) ends when its parent is killed, even by SIGKILL, when no cleanup of the parent's
+runs: a test run killed by a timeout leaves no ``serve`` behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from devsupport.servers import DIE_WITH_PARENT
+from tests.support.waiting import wait_for
+
+# The parent: starts the child, prints its pid, then waits to be killed.
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], "-c", "import time; time.sleep(60)"])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def command_line(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline") as cmdline:
+        return cmdline.read()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (dead, not yet reaped by init) counts as gone.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1][0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_child_ends_when_its_parent_is_killed() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", PARENT, DIE_WITH_PARENT], stdout=subprocess.PIPE, text=True
+    ) as parent:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        try:
+            # Past the wrapper (its prctl made, the child's own program running): killed
+            # before that, the parent would leave nothing to be signalled about.
+            wait_for(lambda: "prctl" not in command_line(child), 10, "the child's exec")
+            assert alive(child)
+            parent.send_signal(signal.SIGKILL)
+            parent.wait(10)
+            wait_for(lambda: not alive(child), 10, "the child outlived its killed parent")
+        finally:
+            if alive(child):
+                os.kill(child, signal.SIGKILL)
