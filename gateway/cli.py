@@ -27,7 +27,7 @@ from gateway import commands as operator_commands
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.http import gc_tuning as collector
 from gateway.http import open_files
-from gateway.http.server import BoundedHeadProtocol, ClientLimits
+from gateway.http.server import BoundedHeadProtocol, ClientLimits, with_mapped_forms
 from gateway.observability.metrics import MULTIPROC_ENV
 from gateway.observability.request_log import logging_config
 from gateway.service.worker import Worker
@@ -99,7 +99,7 @@ def _server_options(settings: Settings, host: str, port: int) -> dict[str, Any]:
         # A client's address is the socket's, unless it comes through a proxy named in
         # server.trusted_proxies: an X-Forwarded-For from anyone else is not believed.
         "proxy_headers": bool(settings.server.trusted_proxies),
-        "forwarded_allow_ips": ",".join(settings.server.trusted_proxies) or None,
+        "forwarded_allow_ips": ",".join(with_mapped_forms(settings.server.trusted_proxies)) or None,
         **protocol_options(settings),
     }
 

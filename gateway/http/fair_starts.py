@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 # Requests one client address starts in one turn of the loop. Small: the turns are short
 # (a turn runs only what is ready), so even a queued burst starts within milliseconds.
@@ -65,7 +68,10 @@ class FairStarts:
             queue = self.waiting.pop(address)
             for _ in range(min(self.per_turn, len(queue))):
                 self.started[address] += 1
-                queue.popleft()()
+                try:
+                    queue.popleft()()
+                except Exception:  # (one start's failure is not the others' too)
+                    log.exception("a request could not be started")
             if queue:
                 self.waiting[address] = queue  # the rest of it goes to the back of the line
         if self.waiting:

@@ -1,7 +1,7 @@
 """A request refused by a middleware, before any route: the error in OpenAI's envelope,
-and a 429 sent after a random part of a second, counted against its client address
-(``refused_addresses``: an address refused again and again is turned away when it
-connects).
+and a 429 sent after a random part of a second, counted against its client address when it
+was its connection's first (``refused_addresses``: an address whose new connections are
+refused again and again is turned away when it connects).
 
 Refusals that arrive together (a client's connections reopened at once, its kept-alive
 ones timing out together) then end apart, and its retries with them, instead of coming
@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import REFUSAL_SPREAD_S, GatewayError, TooManyRequests
-from gateway.http.refused_addresses import REFUSED
+from gateway.http.refused_addresses import NEW_CONNECTION, REFUSED
 from gateway.http.server import client_address
 from gateway.observability import request_log
 
@@ -30,7 +30,7 @@ async def refuse(error: TooManyRequests, scope: Scope, receive: Receive, send: S
     """Answer a limit's 429, noted on the access line, after a random part of a second."""
     request_log.note(rate_limited=error.type)
     client = scope.get("client")
-    if client:
+    if client and scope.get(NEW_CONNECTION):
         REFUSED.note((scope.get("server"), client_address(client[0])))
     await asyncio.sleep(random.uniform(0, REFUSAL_SPREAD_S))
     await error_response(error)(scope, receive, send)

@@ -9,14 +9,17 @@ at the connection, before anything is read (as for ``max_connections_per_client`
 costs a fraction of it.
 
 So an address whose requests were refused ``HOLD_AFTER`` times in this second and the
-one before is held: its new connections are answered 429 at once (paced and spread as
-every connection refusal), until the count of the last two seconds falls below that.
-Each of those refusals counts too, so an address that keeps hammering stays held, and
-one that calms down is let in again within two seconds. A client that meets a limit now
-and then (and retries after its ``Retry-After``) never comes near the bound. As nginx's
-``limit_req`` and ``limit_conn``, it is per address: clients behind one NAT share it
-while one of them hammers; ``server.trusted_proxies`` are never held (their connections
-carry many clients), and ``max_connections_per_client: 0`` turns it off with the cap.
+one before, each the first request of its connection, is held: its new connections are
+answered 429 at once (paced and spread as every connection refusal), until the count of
+the last two seconds falls below that. Each of those refusals counts too, so an address
+that keeps hammering stays held, and one that calms down is let in again within two
+seconds. A client that meets a limit now and then (and retries after its
+``Retry-After``) never comes near the bound, nor does one over its limit on kept-alive
+connections, however many (an SDK's pool: its later requests are not counted, and the
+hold turns away only new connections). As nginx's ``limit_req`` and ``limit_conn``, it
+is per address: clients behind one NAT share it while one of them hammers;
+``server.trusted_proxies`` are never held (their connections carry many clients), and
+``max_connections_per_client: 0`` turns it off with the cap.
 
 Counted per server (its listening address) and client address, in this process, with no
 IO: pure bookkeeping over a clock.
@@ -31,9 +34,13 @@ from collections.abc import Callable, Hashable
 # that honours Retry-After makes, far below what a reconnecting flood makes (hundreds).
 HOLD_AFTER = 64
 WINDOW_S = 1.0
-# Addresses tracked at most; past it the counts start again (the memory stays bounded
-# however many addresses a flood comes from).
+# Addresses tracked at most; past it the one refused longest ago is forgotten (the memory
+# stays bounded however many addresses a flood comes from, and an address that keeps
+# being refused is never the one forgotten).
 KEPT = 10_000
+# The key of a request's ASGI scope that says it is the first of its connection (set by
+# the server, ``http/server.py``): only those refusals count.
+NEW_CONNECTION = "memory_gateway.new_connection"
 
 
 class RefusedAddresses:
@@ -63,8 +70,11 @@ class RefusedAddresses:
         entry = self._entry(key)
         if entry is None:
             if len(self.counts) >= KEPT:
-                self.counts.clear()
-            entry = self.counts[key] = [int(self.clock() // WINDOW_S), 0, 0]
+                del self.counts[next(iter(self.counts))]  # the one refused longest ago
+            entry = [int(self.clock() // WINDOW_S), 0, 0]
+        else:
+            del self.counts[key]  # (put back last: the dict's order is by last refusal)
+        self.counts[key] = entry
         entry[1] += 1
 
     def held(self, key: Hashable) -> bool:

@@ -58,7 +58,7 @@ from gateway.compat.uvicorn import (
 )
 from gateway.errors import REFUSAL_SPREAD_S, error_body
 from gateway.http.fair_starts import FairStarts
-from gateway.http.refused_addresses import HOLD_AFTER, REFUSED
+from gateway.http.refused_addresses import HOLD_AFTER, NEW_CONNECTION, REFUSED
 from gateway.http.slow_readers import Sample, too_slow
 
 TOO_LARGE = "Request line and headers too large."
@@ -86,7 +86,25 @@ class TrustedProxies:
             address = ipaddress.ip_address(host.split("%", 1)[0])
         except ValueError:
             return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            # An IPv4 peer of a dual-stack socket ("::"): named by its IPv4 address.
+            address = address.ipv4_mapped
         return any(address in network for network in self.networks)
+
+
+def with_mapped_forms(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """``entries`` (``server.trusted_proxies``) and, for each IPv4 one, its IPv4-mapped
+    IPv6 form: how an IPv4 peer of a dual-stack socket ("::") is named. uvicorn's proxy
+    headers are believed only from a peer these name, and it compares as it is given."""
+    mapped = []
+    for entry in entries:
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            continue
+        if isinstance(network, ipaddress.IPv4Network):
+            mapped.append(f"::ffff:{network.network_address}/{96 + network.prefixlen}")
+    return (*entries, *mapped)
 
 
 @dataclass(frozen=True)
@@ -247,7 +265,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             _warn_rarely(
                 self.logger,
                 "held",
-                "refused a connection: over %d requests refused from its address in two seconds",
+                "refused a connection: its address had %d new connections refused in two seconds",
                 HOLD_AFTER,
             )
             message = "too many requests refused from one address in the last seconds"
@@ -361,6 +379,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.head_started = False
         self.heads += 1
         self.expecting = _Reading.BODY
+        self.scope[NEW_CONNECTION] = self.heads == 1  # (a refusal counts: refused_addresses)
         super().on_headers_complete()
         if self.reader_check is None and self.limits.min_read_bytes_s:
             self._watch_reader()
@@ -370,7 +389,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         starts = _STARTS.get(self.server_state)
         if starts is None:
             starts = _STARTS[self.server_state] = FairStarts(self.loop)
-        address = client_address(self.client[0]) if self.client else ""
+        if self.client is None or self.client[0] in self.limits.trusted:
+            # (A trusted proxy's connections carry every client behind it: not one.)
+            super()._start_asgi_task(cycle, app)
+            return
+        address = client_address(self.client[0])
 
         def begin() -> None:
             if not self.transport.is_closing():  # (the client left while it waited)

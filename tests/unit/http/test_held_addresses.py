@@ -15,7 +15,7 @@ from devsupport.servers import ServerThread
 from gateway.errors import TooManyRequests
 from gateway.http import refusals
 from gateway.http.refused_addresses import HOLD_AFTER
-from gateway.http.server import BoundedHeadProtocol, ClientLimits
+from gateway.http.server import BoundedHeadProtocol, ClientLimits, with_mapped_forms
 from tests.unit.http.test_server import read_until_closed
 
 served: list[str] = []
@@ -67,8 +67,16 @@ def opened(server: ServerThread, source: str = "127.0.0.1") -> socket.socket:
     return sock
 
 
-def refused_times(server: ServerThread, count: int) -> None:
-    """``count`` requests refused by the app, on one kept-alive connection."""
+def refused_times(server: ServerThread, count: int, *, kept_alive: bool = False) -> None:
+    """``count`` requests refused by the app: each on a new connection (a client that
+    reopens every refused one), or all on one kept-alive connection (an SDK's pool)."""
+    if not kept_alive:
+        for _ in range(count):
+            with opened(server) as sock:
+                sock.sendall(request("/refuse", close=True))
+                answer = read_until_closed(sock)[0]
+                assert error_code(answer) == "rate_limit_exceeded", answer[:200]
+        return
     with opened(server) as sock:
         stream = sock.makefile("rb")
         for _ in range(count):
@@ -110,6 +118,13 @@ def test_an_address_refused_now_and_then_is_served(server: ServerThread) -> None
     assert answer_to(server).startswith(b"HTTP/1.1 200")
 
 
+def test_a_client_refused_on_kept_alive_connections_is_never_held(server: ServerThread) -> None:
+    # An SDK over its limit, retrying on its pool's connections: only a connection's
+    # first request counts (and the hold turns away only new connections).
+    refused_times(server, 4 * HOLD_AFTER, kept_alive=True)
+    assert answer_to(server).startswith(b"HTTP/1.1 200")
+
+
 @pytest.mark.parametrize(
     "limits",
     [{"trusted_proxies": ("127.0.0.0/8",)}, {"max_connections_per_client": 0}],
@@ -121,3 +136,41 @@ def test_no_address_is_held_behind_a_trusted_proxy_or_without_the_cap(
     with serving(**limits) as server:
         refused_times(server, 2 * HOLD_AFTER)
         assert answer_to(server).startswith(b"HTTP/1.1 200")
+
+
+def dual_stack(trusted: tuple[str, ...]) -> ServerThread:
+    """A server on "::" taking IPv4 too (Linux's default): an IPv4 peer is then named
+    "::ffff:127.0.0.1". Proxy headers as ``gateway/cli.py`` sets them."""
+    limits = ClientLimits(max_connections_per_client=64, trusted_proxies=trusted)
+    server = ServerThread(
+        refusing_app,
+        http=functools.partial(BoundedHeadProtocol, limits=limits),
+        proxy_headers=True,
+        forwarded_allow_ips=",".join(with_mapped_forms(trusted)),
+    )
+    server.sock.close()
+    sock = socket.socket(socket.AF_INET6)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("::", 0))
+    server.sock, server.port = sock, int(sock.getsockname()[1])
+    return server
+
+
+@pytest.mark.parametrize("trusted", [("127.0.0.1",), ("127.0.0.0/8",)])
+def test_a_trusted_proxy_on_a_dual_stack_socket_is_never_held(trusted: tuple[str, ...]) -> None:
+    served.clear()
+    with dual_stack(trusted) as server:
+        # Clients behind the proxy (each named in X-Forwarded-For) refused again and again.
+        for n in range(HOLD_AFTER):
+            with opened(server) as sock:
+                forwarded = f"X-Forwarded-For: 203.0.113.{n % 250}\r\n".encode()
+                sock.sendall(
+                    request("/refuse", close=True).replace(
+                        b"\r\n\r\n", b"\r\n" + forwarded + b"\r\n"
+                    )
+                )
+                assert read_until_closed(sock)[0].startswith(b"HTTP/1.1 429")
+        # Another client behind the same proxy is served.
+        assert answer_to(server).startswith(b"HTTP/1.1 200")
+    assert served == ["/echo"]

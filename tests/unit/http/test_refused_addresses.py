@@ -62,8 +62,13 @@ def test_refusals_two_seconds_apart_do_not_add_up() -> None:
     assert not record.held("a")
 
 
-def test_the_record_is_bounded() -> None:
+def test_the_record_is_bounded_and_forgets_the_address_refused_longest_ago() -> None:
     record = RefusedAddresses(Clock())
+    refused(record, "held", HOLD_AFTER)
     for n in range(refused_addresses.KEPT + 5):
         record.note(n)
-    assert len(record.counts) <= refused_addresses.KEPT
+        if n % 1000 == 0:
+            record.note("held")  # still hammering: never the one forgotten
+    assert len(record.counts) == refused_addresses.KEPT
+    assert record.held("held")
+    assert 0 not in record.counts and refused_addresses.KEPT + 4 in record.counts

@@ -18,7 +18,13 @@ import pytest
 from devsupport.servers import ServerThread
 from gateway.errors import REFUSAL_SPREAD_S
 from gateway.http import server as http_server
-from gateway.http.server import BoundedHeadProtocol, ClientLimits, TrustedProxies, client_address
+from gateway.http.server import (
+    BoundedHeadProtocol,
+    ClientLimits,
+    TrustedProxies,
+    client_address,
+    with_mapped_forms,
+)
 from tests.support.waiting import reached, wait_for
 
 LIMIT = 8 * 1024
@@ -413,6 +419,18 @@ def test_a_client_that_stops_reading_is_cut_off_and_the_app_sees_it_leave(
         received, _ = read_until_closed(sock)
     assert received.startswith(b"HTTP/1.1 200")
     assert len(received) < 64 << 20
+
+
+def test_a_trusted_proxy_is_trusted_as_the_ipv4_mapped_peer_of_a_dual_stack_socket() -> None:
+    trusted = TrustedProxies(("127.0.0.0/8", "10.1.2.3"))
+    assert "::ffff:127.0.0.1" in trusted and "::ffff:10.1.2.3" in trusted
+    assert "::ffff:10.1.2.4" not in trusted and "10.1.2.4" not in trusted
+    assert with_mapped_forms(("10.0.0.0/8", "fd00::/8", "proxy")) == (
+        "10.0.0.0/8",
+        "fd00::/8",
+        "proxy",
+        "::ffff:10.0.0.0/104",
+    )
 
 
 def test_the_client_address_groups_ipv6_by_its_64_and_unmaps_ipv4() -> None:
