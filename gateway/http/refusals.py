@@ -30,7 +30,7 @@ async def refuse(error: TooManyRequests, scope: Scope, receive: Receive, send: S
     """Answer a limit's 429, noted on the access line, after a random part of a second."""
     request_log.note(rate_limited=error.type)
     client = scope.get("client")
-    if client and scope.get(NEW_CONNECTION):
+    if client and NEW_CONNECTION in (scope.get("extensions") or {}):
         REFUSED.note((scope.get("server"), client_address(client[0])))
     await asyncio.sleep(random.uniform(0, REFUSAL_SPREAD_S))
     await error_response(error)(scope, receive, send)

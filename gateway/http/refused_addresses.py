@@ -38,8 +38,8 @@ WINDOW_S = 1.0
 # stays bounded however many addresses a flood comes from, and an address that keeps
 # being refused is never the one forgotten).
 KEPT = 10_000
-# The key of a request's ASGI scope that says it is the first of its connection (set by
-# the server, ``http/server.py``): only those refusals count.
+# The ASGI extension (in a request's ``scope["extensions"]``) that says it is the first
+# of its connection (set by the server, ``http/server.py``): only those refusals count.
 NEW_CONNECTION = "memory_gateway.new_connection"
 
 

@@ -46,6 +46,7 @@ import random
 import socket
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +93,7 @@ class TrustedProxies:
         return any(address in network for network in self.networks)
 
 
-def with_mapped_forms(entries: tuple[str, ...]) -> tuple[str, ...]:
+def with_mapped_forms(entries: Sequence[str]) -> tuple[str, ...]:
     """``entries`` (``server.trusted_proxies``) and, for each IPv4 one, its IPv4-mapped
     IPv6 form: how an IPv4 peer of a dual-stack socket ("::") is named. uvicorn's proxy
     headers are believed only from a peer these name, and it compares as it is given."""
@@ -379,7 +380,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.head_started = False
         self.heads += 1
         self.expecting = _Reading.BODY
-        self.scope[NEW_CONNECTION] = self.heads == 1  # (a refusal counts: refused_addresses)
+        if self.heads == 1:  # (its refusal counts: refused_addresses)
+            self.scope.setdefault("extensions", {})[NEW_CONNECTION] = {}
         super().on_headers_complete()
         if self.reader_check is None and self.limits.min_read_bytes_s:
             self._watch_reader()
