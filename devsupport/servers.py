@@ -18,8 +18,46 @@ from typing import Any
 import redis
 import uvicorn
 
+# Ports handed to the tests of one pytest-xdist worker: a range of its own, below the
+# kernel's ephemeral ports. With port 0 the kernel hands out the same free port to two
+# workers that ask at once (each binds it, reads it, closes it), and the second one's
+# gateway started on a port the first's held: its requests reached the other test's
+# gateway, which then stopped ("connection refused" in the middle of a test).
+WORKER_PORTS = 1000
+FIRST_WORKER_PORT = 20_000
+_next_port: dict[int, int] = {}
+
+
+def _worker() -> int | None:
+    """This pytest-xdist worker's number ("gw3": 3), None outside one or past the range."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not (name.startswith("gw") and name[2:].isdigit()):
+        return None
+    number = int(name[2:])
+    last = FIRST_WORKER_PORT + (number + 1) * WORKER_PORTS
+    return number if last <= 32_768 else None  # (below Linux's ephemeral ports)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
 
 def free_port() -> int:
+    """A port nobody listens on: in a pytest-xdist worker, the next free one of its own
+    range (never one another worker may be handed); else one the kernel picks."""
+    worker = _worker()
+    if worker is not None:
+        first = FIRST_WORKER_PORT + worker * WORKER_PORTS
+        for _ in range(WORKER_PORTS):
+            offset = _next_port.get(worker, 0)
+            _next_port[worker] = (offset + 1) % WORKER_PORTS
+            if _bindable(first + offset):
+                return first + offset
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
