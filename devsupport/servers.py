@@ -82,9 +82,9 @@ class _PromptServer(uvicorn.Server):
 # Runs a Python child (``python -c DIE_WITH_PARENT <argv>``) so that it gets SIGTERM when
 # the process that started it dies, even of SIGKILL (when no cleanup runs): Linux's
 # PR_SET_PDEATHSIG (1) survives the exec. Elsewhere, a plain exec. (Bound to the thread
-# that starts the child: start it from the main thread.) A benchmark or a test run killed
-# by a timeout then leaves no gateway behind. SIGTERM, not SIGINT: a process started in
-# the background by a shell inherits SIGINT ignored, and Python then leaves it ignored.
+# that starts the child: start it from the main thread.) A benchmark killed by a timeout
+# then leaves no gateway behind. SIGTERM, not SIGINT: a process started in the background
+# by a shell inherits SIGINT ignored, and Python then leaves it ignored.
 DIE_WITH_PARENT = """
 import ctypes, os, signal, sys
 try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from devsupport.servers import DIE_WITH_PARENT, free_port
+from devsupport.servers import free_port
 
 
 class Served:
@@ -32,9 +32,7 @@ class Served:
         if metrics_dir is not None:
             env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         self.log = config.parent / f"serve-{self.port}.log"
-        # Dies with the test run (``DIE_WITH_PARENT``), even when pytest is killed.
-        command = [sys.executable, "-c", DIE_WITH_PARENT, "-m", "gateway.cli", "serve"]
-        command += ["--config", str(config)]
+        command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [*command, "--port", str(self.port), *args],
@@ -77,9 +75,8 @@ def worker_process(config: Path, log: Path | None = None) -> subprocess.Popen[by
     """``memory-gateway worker`` in its own process (output to ``log``, else dropped)."""
     out = log.open("wb") if log is not None else subprocess.DEVNULL
     try:
-        command = [sys.executable, "-c", DIE_WITH_PARENT, "-m", "gateway.cli", "worker"]
         return subprocess.Popen(
-            [*command, "--config", str(config)],
+            [sys.executable, "-m", "gateway.cli", "worker", "--config", str(config)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ},

@@ -1,6 +1,6 @@
-"""A child started through ``DIE_WITH_PARENT`` (the gateways the tests and benchmarks
-start) ends when its parent is killed, even by SIGKILL, when no cleanup of the parent's
-runs: a test run killed by a timeout leaves no ``serve`` behind."""
+"""A child started through ``DIE_WITH_PARENT`` (every process a benchmark starts) ends
+when its parent is killed, even by SIGKILL, when no cleanup of the parent's runs: a
+benchmark killed by a timeout leaves no ``serve`` behind."""
 
 from __future__ import annotations
 
