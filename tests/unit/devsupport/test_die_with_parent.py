@@ -24,8 +24,12 @@ time.sleep(60)
 
 
 def command_line(pid: int) -> str:
-    with open(f"/proc/{pid}/cmdline") as cmdline:
-        return cmdline.read()
+    """The process's command line ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline") as cmdline:
+            return cmdline.read()
+    except FileNotFoundError:
+        return ""
 
 
 def running_its_own_program(pid: int) -> bool:
@@ -36,13 +40,15 @@ def running_its_own_program(pid: int) -> bool:
 
 
 def alive(pid: int) -> bool:
+    """Whether our child still runs: not gone, not a zombie (dead, not yet reaped by
+    init), and not another process that was given its pid since."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().split(") ", 1)[1][0] == "Z":
+                return False
+    except FileNotFoundError:
         return False
-    # A zombie (dead, not yet reaped by init) counts as gone.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(") ", 1)[1][0] != "Z"
+    return running_its_own_program(pid)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
@@ -61,5 +67,5 @@ def test_the_child_ends_when_its_parent_is_killed() -> None:
             parent.wait(10)
             wait_for(lambda: not alive(child), 10, "the child outlived its killed parent")
         finally:
-            if alive(child):
+            if alive(child):  # (ours: its pid, once freed, may be another process's)
                 os.kill(child, signal.SIGKILL)
