@@ -133,19 +133,20 @@ async def one_link(redis_server: RedisProcess) -> AsyncIterator[Connections]:
 async def test_a_call_queued_behind_calls_redis_keeps_answering_waits_past_its_deadline(
     redis_server: RedisProcess,
 ) -> None:
-    # 10 ms of work each, 400 ms in all: an answer every 10 ms, ten to each of the call's
-    # 100 ms deadlines, under a cap (max_queued_s) it never reaches. With a 50 ms deadline
-    # and the fixture's 0.3 s cap, one answer 53 ms late on a loaded machine ended the wait.
+    # 10 ms of work each, 800 ms in all: an answer every 10 ms, twenty to each of the
+    # call's 200 ms deadlines, under a cap (max_queued_s) it never reaches. With a 50 ms
+    # deadline and the fixture's 0.3 s cap, one answer 53 ms late on a loaded machine
+    # ended the wait; a deadline 20 answers long leaves room for a descheduled Redis.
     client = create_client(redis_server.url, timeout_s=2, max_connections=2)
     link = Connections(client.connection_pool, links=1, max_queued_s=5)
     try:
-        ahead = [asyncio.ensure_future(link.execute([busy(10_000)])) for _ in range(40)]
+        ahead = [asyncio.ensure_future(link.execute([busy(10_000)])) for _ in range(80)]
         await asyncio.sleep(0)  # written first
         loop = asyncio.get_running_loop()
         start = loop.time()
-        assert await link.execute([("PING",)], timeout_s=0.1) == [b"PONG"]
-        assert loop.time() - start >= 0.3  # three times its deadline, answered all along
-        assert await asyncio.gather(*ahead) == [[1]] * 40
+        assert await link.execute([("PING",)], timeout_s=0.2) == [b"PONG"]
+        assert loop.time() - start >= 0.6  # three times its deadline, answered all along
+        assert await asyncio.gather(*ahead) == [[1]] * 80
     finally:
         await link.aclose()
         await client.aclose()
@@ -164,18 +165,20 @@ async def test_a_call_on_a_silent_redis_times_out_at_its_deadline(one_link: Conn
 
 
 async def test_waiting_behind_a_busy_redis_is_capped(one_link: Connections) -> None:
-    # 10 ms of work each: an answer every 10 ms, five to each of the call's 50 ms
-    # deadlines (at 40 ms each, one answer late on a loaded machine ended the wait early).
-    ahead = [asyncio.ensure_future(one_link.execute([busy(10_000)])) for _ in range(48)]
+    # 10 ms of work each, 1 s in all: an answer every 10 ms, twenty to each of the call's
+    # 200 ms deadlines. (With 50 ms deadlines, Redis descheduled for 60 ms on a loaded CI
+    # machine ended the wait at 0.12 s, as the deadline says it should: not the cap's
+    # test.)
+    ahead = [asyncio.ensure_future(one_link.execute([busy(10_000)])) for _ in range(100)]
     await asyncio.sleep(0)
     loop = asyncio.get_running_loop()
     start = loop.time()
     with pytest.raises(TimeoutError):
-        await one_link.execute([("PING",)], timeout_s=0.05)
-    # Its deadline and max_queued_s (0.3 s), though Redis kept answering (0.48 s of work).
-    # The lower bound is the cap alone: how much of the 0.05 s deadline had run when the
-    # wait began is the loop's business (a loaded machine measured 0.348 s).
-    assert 0.3 <= loop.time() - start < 0.48
+        await one_link.execute([("PING",)], timeout_s=0.2)
+    # Its deadline and max_queued_s (0.2 + 0.3 s), though Redis kept answering (1 s of
+    # work ahead of it). The lower bound is the cap alone: how much of the deadline had
+    # run when the wait began is the loop's business.
+    assert 0.3 <= loop.time() - start < 0.95
     await asyncio.gather(*ahead)
 
 
