@@ -27,7 +27,7 @@ upstream stream is closed at once). Each is one timer a connection, re-armed onl
 connection changes state: a request read in one piece costs none. And one client address
 may hold at most ``max_connections_per_client`` connections at once: past that, a new one
 is answered 429 and closed, before anything is read or parsed; so is a new one from an
-address whose requests the app refused again and again (``refused_addresses``). Those
+address whose new connections the app refused again and again (``refused_addresses``). Those
 answers are paced, ``REFUSALS_PER_TURN`` a turn of the event loop: a client that reopens
 hundreds of refused connections at once (each costs ~0.1 ms) would otherwise hold the
 loop for tens of ms while every other client's request waited behind them. For the same
