@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from gateway.http.fair_starts import STARTS_PER_TURN, FairStarts
+import pytest
+
+from devsupport.servers import ServerThread
+from gateway.http.fair_starts import STARTS_PER_TURN, FairStarts, Start
+from gateway.http.server import BoundedHeadProtocol, ClientLimits
+from tests.unit.http.test_held_addresses import answer_to, refusing_app
 
 
 async def turns(count: int) -> None:
@@ -48,3 +53,26 @@ async def test_a_queued_address_does_not_jump_its_own_queue() -> None:
     assert len(started) == 2 * STARTS_PER_TURN
     await turns(2)
     assert started == [*range(3 * STARTS_PER_TURN), 99]
+
+
+@pytest.mark.parametrize(("trusted", "paced"), [((), True), (("127.0.0.0/8",), False)])
+def test_a_trusted_proxys_requests_start_at_once(
+    monkeypatch: pytest.MonkeyPatch, trusted: tuple[str, ...], paced: bool
+) -> None:
+    """A trusted proxy's connections carry every client behind it: paced as one address,
+    they would all start 4 a turn (the server on a real socket, uvicorn in a thread)."""
+    through: list[str] = []
+    real = FairStarts.start
+
+    def start(self: FairStarts, address: str, begin: Start) -> None:
+        through.append(address)
+        real(self, address, begin)
+
+    monkeypatch.setattr(FairStarts, "start", start)
+    protocol = functools.partial(
+        BoundedHeadProtocol,
+        limits=ClientLimits(max_connections_per_client=8, trusted_proxies=trusted),
+    )
+    with ServerThread(refusing_app, http=protocol) as server:
+        assert answer_to(server).startswith(b"HTTP/1.1 200")
+    assert through == (["127.0.0.1"] if paced else [])
