@@ -53,7 +53,9 @@ class Served:
         raise AssertionError("serve did not start: " + self.log.read_text())
 
     def interrupt(self) -> None:
-        """What Ctrl-C in a terminal does: SIGINT to every process of the group."""
+        """What Ctrl-C in a terminal does: SIGINT to every process of the group (while its
+        leader, serve, runs: a pid once freed may soon be another's, pid_max being small)."""
+        assert self.process.poll() is None, f"serve had already stopped: see {self.log}"
         os.killpg(self.process.pid, signal.SIGINT)
 
     def stop(self, sig: signal.Signals = signal.SIGINT) -> int:
