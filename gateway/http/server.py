@@ -219,6 +219,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.reading_head = True
         self.heads = 0  # request heads read whole on this connection
         self.limits = limits or ClientLimits()
+        # The client address this connection is held to (``client_address``), once known;
+        # None: a trusted proxy's (it carries many clients) or no address.
+        self.peer: str | None = None
         self.counted_as: str | None = None  # the client address this connection counts for
         self.refused = False  # turned away: waits for its 429 (``_refuse_paced``)
         self.refusal = ("", "")  # what that 429 says, and its code
@@ -241,19 +244,18 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = self.reporting = _ReportingFlow(transport, self._reading_resumed)
+        if self.client is not None and self.client[0] not in self.limits.trusted:
+            self.peer = client_address(self.client[0])
         if self._turned_away():
             return
         _bound_send_buffer(transport)
         self._rearm_read_deadline()
 
     def _turned_away(self) -> bool:
-        cap = self.limits.max_connections_per_client
-        if not cap or self.client is None:
-            return False
-        if self.client[0] in self.limits.trusted:
+        cap, address = self.limits.max_connections_per_client, self.peer
+        if not cap or address is None:
             return False
         counts = _OPEN.setdefault(self.server_state, {})
-        address = client_address(self.client[0])
         if counts.get(address, 0) >= cap:
             _warn_rarely(
                 self.logger, "cap", "refused a connection: %d already open from one address", cap
@@ -388,20 +390,18 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """The request's task, started in its client address's turn (``fair_starts``)."""
+        if self.peer is None:  # (a trusted proxy's connections carry many clients: at once)
+            super()._start_asgi_task(cycle, app)
+            return
         starts = _STARTS.get(self.server_state)
         if starts is None:
             starts = _STARTS[self.server_state] = FairStarts(self.loop)
-        if self.client is None or self.client[0] in self.limits.trusted:
-            # (A trusted proxy's connections carry every client behind it: not one.)
-            super()._start_asgi_task(cycle, app)
-            return
-        address = client_address(self.client[0])
 
         def begin() -> None:
             if not self.transport.is_closing():  # (the client left while it waited)
                 super(BoundedHeadProtocol, self)._start_asgi_task(cycle, app)
 
-        starts.start(address, begin)
+        starts.start(self.peer, begin)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
