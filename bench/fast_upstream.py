@@ -45,6 +45,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+try:  # ~7x the standard library's speed on a body of long strings (images): the
+    # upstream is one event loop shared by every client of a run, and 3 ms of parsing
+    # an attacker's 3.4 MB body was 3 ms every other request waited here.
+    from pydantic_core import from_json as _loads
+except ImportError:  # (run outside the gateway's environment)
+    _loads = json.loads
+
 _TIMING = re.compile(r"t(\d+)-c(\d+)-s(\d+)")
 _MAX_HEAD = 64 * 1024
 
@@ -307,7 +314,7 @@ class _Connection(asyncio.Protocol):
             self._write(payload)
             return
         try:
-            request = json.loads(body) if body else {}
+            request = _loads(body) if body else {}
         except ValueError:
             request = {}
         model = str(request.get("model", "bench"))
