@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
+import numpy as np
 import pydantic_core
 from pydantic import (
     BaseModel,
@@ -241,16 +242,22 @@ def check_message_count(messages: Any, limits: MessageLimits) -> None:
 # only as a string that is that word or ends in an escaped quote and it, or another
 # object's key: rare. A body holding them several times more often than messages may be
 # sent is refused before it is parsed. Parsing builds every object holding the GIL
-# (100,000 tiny messages: ~40 ms the event loop could not run); counting a token in the
-# bytes takes a millisecond. The exact count is checked once parsed.
+# (100,000 tiny messages: ~40 ms the event loop could not run). Counting the token takes
+# ~2 ms of GIL on a 3.4 MB body, so it is counted only when the body's quotes leave room
+# for that many: a body of long strings (images) has few quotes, and numpy counts them
+# in ~0.4 ms, comparing without the GIL.
 _ROLE = b'"role"'
 _ROLE_MARGIN = 4
+_QUOTE = ord('"')
 
 
 def check_raw_message_count(raw: bytes, limits: MessageLimits) -> None:
     """Refuse, before parsing, a body with far more messages than ``max_messages``."""
     most = _ROLE_MARGIN * limits.max_messages
-    if len(raw) > len(_ROLE) * most and raw.count(_ROLE) > most:
+    if len(raw) <= len(_ROLE) * most:
+        return
+    quotes = int(np.count_nonzero(np.frombuffer(raw, np.uint8) == _QUOTE))
+    if quotes // 2 > most and raw.count(_ROLE) > most:
         raise InvalidRequest(
             f"messages: more than the {limits.max_messages} messages one request may hold",
             param="messages",
