@@ -118,12 +118,12 @@ def index_text(text: str) -> Indexed:
 
 
 def index_messages(messages: Sequence[Message]) -> list[Indexed]:
-    return [index_text(message.text) for message in messages]
+    return [index_text(message.recall_text) for message in messages]
 
 
 def text_size(messages: Sequence[Message]) -> int:
     """The characters indexing the messages reads (to tell when it leaves the loop)."""
-    return sum(len(message.text) for message in messages)
+    return sum(len(message.recall_text) for message in messages)
 
 
 def day_of(ts: float) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +34,15 @@ def call_texts(tool_calls: Any) -> list[str]:
     return texts
 
 
-def content_text(content: Any) -> str:
-    """The text of a message's content, whether a string or a list of content parts."""
+# What recall matches an image by: the one word. Its size and hash (the placeholder's)
+# are no words anyone asks by, and a message of 100 images made ~2,300 tokens of them
+# to stem and embed on the event loop.
+RECALLED_IMAGE = "[image]"
+
+
+def content_text(content: Any, image: Callable[[dict[str, Any]], str] | None = None) -> str:
+    """The text of a message's content, whether a string or a list of content parts; an
+    image as ``image(part)`` (its placeholder unless given)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -46,7 +54,7 @@ def content_text(content: Any) -> str:
                 if isinstance(part.get("text"), str):
                     parts.append(part["text"])
                 elif part.get("type") == "image_url":
-                    parts.append(media.placeholder(part))  # never its bytes
+                    parts.append((image or media.placeholder)(part))  # never its bytes
                 elif isinstance(part.get("refusal"), str):
                     parts.append(part["refusal"])
             elif isinstance(part, str):
@@ -189,6 +197,13 @@ class Message:
     @property
     def text(self) -> str:
         return content_text(self.content)
+
+    @property
+    def recall_text(self) -> str:
+        """What recall indexes, embeds and searches by: the text, an image as a word."""
+        if isinstance(self.content, str):
+            return self.content
+        return content_text(self.content, lambda _: RECALLED_IMAGE)
 
     def same_turn_as(self, other: Message) -> bool:
         """Whether two messages are the same utterance (as a client resends it)."""

@@ -358,7 +358,7 @@ def _feedback_terms(
     for score, number, position in best:
         archive = sources[number].archive
         documents = len(archive.messages)
-        for term in _feedback_vocabulary(archive.messages[position].text[:FEEDBACK_CHARS]):
+        for term in _feedback_vocabulary(archive.messages[position].recall_text[:FEEDBACK_CHARS]):
             if term in query.terms:
                 continue
             df = len(archive.postings[term][0]) if term in archive.postings else 1

@@ -155,7 +155,7 @@ class Archives:
         """The messages' vectors in their stored form (b"" each without ``vectors``)."""
         if self.vectors is None or not messages:
             return [b""] * len(messages)
-        texts = [m.text for m in messages]
+        texts = [m.recall_text for m in messages]
         if len(texts) <= INLINE_VECTORS:
             return self.vectors.encode(texts)
         return await asyncio.to_thread(self.vectors.encode, texts)

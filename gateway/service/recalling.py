@@ -39,12 +39,14 @@ def _searched(text: str) -> str:
 
 def query_of(messages: Sequence[Message]) -> str:
     """What recall searches for: the newest user message of the request."""
-    return _searched(next((m.text for m in reversed(messages) if m.role == "user"), ""))
+    return _searched(next((m.recall_text for m in reversed(messages) if m.role == "user"), ""))
 
 
 def _context(prior: Sequence[Message]) -> list[str]:
     """The turns a follow-up question may refer to: the last two messages before it."""
-    return [_searched(m.text) for m in prior[-2:] if m.role in ("user", "assistant") and m.text]
+    return [
+        _searched(m.recall_text) for m in prior[-2:] if m.role in ("user", "assistant") and m.text
+    ]
 
 
 def _today(plan: Reconciled, archives: Sequence[Archive]) -> int:

@@ -156,3 +156,14 @@ def test_one_data_url_sent_many_times_is_decoded_once(monkeypatch: pytest.Monkey
     content = out[0].content
     assert isinstance(content, list) and len(content) == 50
     assert all(media.is_reference_url(part) for part in content)
+
+
+def test_recall_matches_a_stored_image_by_the_word_not_its_size_and_hash() -> None:
+    from gateway.memory.archive import index_messages
+
+    message = Message("user", [{"type": "text", "text": "my cat"}, image(data_url(png(16)))])
+    stored, _ = ingest((message,))
+    assert "sha256" in stored[0].text  # what is shown of it (recalled lines, summaries)
+    assert stored[0].recall_text == "my cat\n[image]"
+    (indexed,) = index_messages(stored)
+    assert {"cat", "imag"} <= set(indexed.terms) <= {"my", "cat", "imag"}  # no "16x16", no hex
