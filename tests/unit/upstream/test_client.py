@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -487,3 +488,46 @@ async def test_a_malformed_answer_is_a_gateway_error_not_a_crash(
         await asyncio.wait_for(answered.wait(), 5)
         raw.close()
         await raw.wait_closed()
+
+
+async def test_a_large_body_is_written_in_pieces_with_the_loop_turning_between() -> None:
+    # One write of a 3.4 MB body held the event loop ~3 ms, every other request waiting.
+    from gateway.upstream.client import _Body
+
+    body = bytes(range(256)) * (5 * 4096)  # 5 MiB
+    turns = 0
+    writes: list[tuple[bytes, int]] = []
+
+    class Writer:
+        buffer_size = 0
+
+        async def write(self, chunk: bytes | memoryview) -> None:
+            writes.append((bytes(chunk), turns))
+
+    async def ticking() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(ticking())
+    await asyncio.sleep(0)
+    try:
+        await _Body(body, write_s=5.0).write_with_length(Writer(), len(body))  # type: ignore[arg-type]
+    finally:
+        ticker.cancel()
+    assert b"".join(chunk for chunk, _ in writes) == body
+    assert len(writes) >= 5 and max(len(chunk) for chunk, _ in writes) <= 1 << 18
+    seen = [turn for _, turn in writes]
+    assert all(later > earlier for earlier, later in itertools.pairwise(seen))
+
+
+async def test_a_large_body_arrives_whole_with_its_length(
+    server: LocalUpstream, upstream: Upstream
+) -> None:
+    body = b'{"model":"m","pad":"' + b"x" * 900_000 + b'"}'  # (the test server takes 1 MiB)
+    await fetch(upstream, "/v1/chat/completions", method="POST", content=body)
+    (post,) = server.seen
+    assert post.body == body
+    assert post.header_values("content-length") == [str(len(body)).encode()]
+    assert post.header_values("transfer-encoding") == []
