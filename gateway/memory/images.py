@@ -183,8 +183,14 @@ def data_url_payload(url: str) -> tuple[str, str]:
 
 def encoded_size(url: str) -> int:
     """About the bytes a data URL's base64 decodes to (without decoding it)."""
-    payload = url.partition(",")[2].rstrip()
-    return len(payload) * 3 // 4 - (len(payload) - len(payload.rstrip("=")))
+    # Lengths only: a copy of each of a body's 100 data URLs was ~0.3 ms of the GIL.
+    comma = url.find(",")
+    if comma < 0:
+        return 0
+    end = len(url.rstrip())  # (the string itself, not a copy, when nothing is stripped)
+    length = max(0, end - comma - 1)
+    padding = 2 if url.endswith("==", comma + 1, end) else int(url.endswith("=", comma + 1, end))
+    return length * 3 // 4 - padding
 
 
 def _mime(raw: bytes) -> str | None:

@@ -167,3 +167,16 @@ def test_recall_matches_a_stored_image_by_the_word_not_its_size_and_hash() -> No
     assert stored[0].recall_text == "my cat\n[image]"
     (indexed,) = index_messages(stored)
     assert {"cat", "imag"} <= set(indexed.terms) <= {"my", "cat", "imag"}  # no "16x16", no hex
+
+
+def test_images_alike_in_length_and_tail_are_each_taken_in() -> None:
+    # (found by length and tail, told apart by the whole URL)
+    first = data_url(png(16))
+    at = len(first) - 60  # a character of the pixel data, past the header
+    second = first[:at] + ("A" if first[at] != "A" else "B") + first[at + 1 :]
+    assert len(first) == len(second) and first[-32:] == second[-32:]
+    message = Message("user", [image(first), image(second), image(first)])
+    stored, blobs = ingest((message,))
+    refs = [part["image_url"]["url"] for part in stored[0].content]
+    assert refs[0] == refs[2] != refs[1]
+    assert {blob.url for blob in blobs.values()} == {first, second}

@@ -208,3 +208,11 @@ def test_a_lossy_webps_size_is_its_fourteen_bits() -> None:
     image.save(out, format="WEBP", lossless=False)
     decoded = media.decode(data_url(out.getvalue(), "image/webp"))
     assert (decoded.width, decoded.height, decoded.blob.mime) == (300, 200, "image/webp")
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 5, 4000])
+@pytest.mark.parametrize("after", ["", "  \n"])
+def test_the_size_a_data_url_decodes_to_is_told_without_decoding(size: int, after: str) -> None:
+    url = "data:image/png;base64," + base64.b64encode(bytes(size)).decode() + after
+    assert media.encoded_size(url) == size
+    assert media.encoded_size("data:image/png;base64") == 0  # (no data at all)
