@@ -18,7 +18,6 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import REFUSAL_SPREAD_S, GatewayError, TooManyRequests
 from gateway.http.refused_addresses import NEW_CONNECTION, REFUSED
-from gateway.http.server import client_address
 from gateway.observability import request_log
 
 
@@ -29,8 +28,8 @@ def error_response(error: GatewayError) -> JSONResponse:
 async def refuse(error: TooManyRequests, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer a limit's 429, noted on the access line, after a random part of a second."""
     request_log.note(rate_limited=error.type)
-    client = scope.get("client")
-    if client and NEW_CONNECTION in (scope.get("extensions") or {}):
-        REFUSED.note((scope.get("server"), client_address(client[0])))
+    first = (scope.get("extensions") or {}).get(NEW_CONNECTION)
+    if first is not None:
+        REFUSED.note(first["key"])
     await asyncio.sleep(random.uniform(0, REFUSAL_SPREAD_S))
     await error_response(error)(scope, receive, send)

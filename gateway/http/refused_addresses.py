@@ -39,7 +39,8 @@ WINDOW_S = 1.0
 # being refused is never the one forgotten).
 KEPT = 10_000
 # The ASGI extension (in a request's ``scope["extensions"]``) that says it is the first
-# of its connection (set by the server, ``http/server.py``): only those refusals count.
+# of its connection, and under which key (server, client address) it counts (set by the
+# server, ``http/server.py``, for all but a trusted proxy's): only those refusals count.
 NEW_CONNECTION = "memory_gateway.new_connection"
 
 

@@ -382,8 +382,10 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.head_started = False
         self.heads += 1
         self.expecting = _Reading.BODY
-        if self.heads == 1:  # (its refusal counts: refused_addresses)
-            self.scope.setdefault("extensions", {})[NEW_CONNECTION] = {}
+        if self.heads == 1 and self.peer is not None:  # (its refusal counts: refused_addresses)
+            self.scope.setdefault("extensions", {})[NEW_CONNECTION] = {
+                "key": (self.server, self.peer)  # (what ``_turned_away`` looks up)
+            }
         super().on_headers_complete()
         if self.reader_check is None and self.limits.min_read_bytes_s:
             self._watch_reader()
