@@ -40,6 +40,10 @@ def call_texts(tool_calls: Any) -> list[str]:
 RECALLED_IMAGE = "[image]"
 
 
+def _recalled_image(_: dict[str, Any]) -> str:
+    return RECALLED_IMAGE
+
+
 def content_text(content: Any, image: Callable[[dict[str, Any]], str] | None = None) -> str:
     """The text of a message's content, whether a string or a list of content parts; an
     image as ``image(part)`` (its placeholder unless given)."""
@@ -201,9 +205,7 @@ class Message:
     @property
     def recall_text(self) -> str:
         """What recall indexes, embeds and searches by: the text, an image as a word."""
-        if isinstance(self.content, str):
-            return self.content
-        return content_text(self.content, lambda _: RECALLED_IMAGE)
+        return content_text(self.content, _recalled_image)
 
     def same_turn_as(self, other: Message) -> bool:
         """Whether two messages are the same utterance (as a client resends it)."""

@@ -44,9 +44,8 @@ def query_of(messages: Sequence[Message]) -> str:
 
 def _context(prior: Sequence[Message]) -> list[str]:
     """The turns a follow-up question may refer to: the last two messages before it."""
-    return [
-        _searched(m.recall_text) for m in prior[-2:] if m.role in ("user", "assistant") and m.text
-    ]
+    said = (m.recall_text for m in prior[-2:] if m.role in ("user", "assistant"))
+    return [_searched(text) for text in said if text]
 
 
 def _today(plan: Reconciled, archives: Sequence[Archive]) -> int:
