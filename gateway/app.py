@@ -41,6 +41,7 @@ from gateway.routes.over_chat import ResponsesUpstream
 from gateway.routes.passthrough import Passthrough
 from gateway.routes.prometheus import MetricsEndpoint
 from gateway.routes.relay import CLIENT_CLOSED
+from gateway.service.activity import Activity
 from gateway.service.memory_service import MemoryService
 from gateway.service.operations import SessionOperations
 from gateway.service.ports import Embedder
@@ -142,6 +143,7 @@ def _lifespan(
     gateway_keys: GatewayKeys,
     runner: JobRunner,
     turns: Sequence[TurnService],
+    activity: Activity,
     resources: AbstractAsyncContextManager[object] | None,
     mcp: AbstractAsyncContextManager[None] | None = None,
 ) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
@@ -188,7 +190,7 @@ def _lifespan(
                 )
             worker_task = None
             if settings.worker.in_process:
-                worker = Worker.from_config(job_store, runner, settings.worker)
+                worker = Worker.from_config(job_store, runner, settings.worker, activity)
                 worker_task = asyncio.create_task(worker.run(stop))
             try:
                 yield
@@ -275,9 +277,11 @@ def create_app(
     memory = memory_on(store)
 
     opened: list[TurnService] = []
+    # The turns being worked on, which the in-process worker's jobs give way to.
+    activity = Activity()
 
     def turns() -> TurnService:  # one per API: its own retry ceilings and recordings
-        opened.append(TurnService(memory, auth, settings, check_turn_tool_results))
+        opened.append(TurnService(memory, auth, settings, check_turn_tool_results, activity))
         return opened[-1]
 
     chat = MemoryProxy(
@@ -314,6 +318,7 @@ def create_app(
         gateway_keys=gateway_keys,
         runner=runner,
         turns=opened,  # (the Responses and Messages APIs' are added below: read at shutdown)
+        activity=activity,
         resources=resources,
         mcp=mcp.running() if mcp is not None else None,
     )

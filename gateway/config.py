@@ -322,12 +322,12 @@ class WorkerConfig(_Section):
     block_ms: int = Field(default=1000, gt=0)
     reclaim_idle_s: float = Field(default=60, gt=0)  # a crashed consumer's jobs are taken over
     redis_timeout_s: float = Field(default=5.0, gt=0)  # the worker is off the request path
-    # Job notices are spread over this many streams (one per hash slot: on a cluster, over
-    # the masters); change it only with no job pending: notices in the other shards wait.
+    # Notices spread over this many streams (a cluster: its masters); change with none pending.
     job_shards: int = Field(default=4, gt=0, le=1024)
     # A job that fails runs again after retry_backoff_s (doubling); its last attempt drops it.
     job_attempts: int = Field(default=3, gt=0)
     retry_backoff_s: float = Field(default=5.0, gt=0)
+    yield_max_s: float = Field(default=0.25, ge=0)  # in-process: requests first (activity.py)
 
 
 # What local servers and their clients send when there is no key: never a tenant.

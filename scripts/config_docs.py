@@ -338,6 +338,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "failure: the model-free fallback is stored",
         "retry_backoff_s": "the wait before a failed job runs again, doubled after each "
         "failure (at most half of `reclaim_idle_s`)",
+        "yield_max_s": "requests first: the in-process worker starts a job once no request "
+        "has been worked on for 2 ms, or after waiting this long under unbroken load (one "
+        "job per wait: past that rate, run `memory-gateway worker`); 0: at once",
     },
     "UIConfig": {
         "enabled": "serve the inspector at `/ui`",

@@ -24,6 +24,7 @@ from gateway.errors import MemoryUnavailable
 from gateway.memory.model import Message
 from gateway.memory.model_budget import Ceilings, context_overflow, retry_budget
 from gateway.observability import metrics, request_log
+from gateway.service.activity import Activity
 from gateway.service.answer_tokens import note_tokens_out
 from gateway.service.replies import Reply, read_whole
 from gateway.service.turn import Answered, Turn
@@ -117,8 +118,11 @@ class TurnService:
         auth: Authenticator,
         settings: Settings,
         check_tool_results: ToolResultsCheck,
+        activity: Activity | None = None,
     ) -> None:
         self.memory = memory
+        # Where the in-process worker learns that a turn is being worked on.
+        self.activity = activity or Activity()
         self.auth = auth
         self.settings = settings
         self.check_tool_results = check_tool_results
@@ -156,9 +160,14 @@ class TurnService:
             )
             budget = self.memory.budget_for(model, requested_output)
             budget = self.ceilings.bound(model, budget, self.clock())
-            turn = await self.memory.prepare(
-                identity, messages, model, requested_output=requested_output, budget_tokens=budget
-            )
+            with self.activity.working():
+                turn = await self.memory.prepare(
+                    identity,
+                    messages,
+                    model,
+                    requested_output=requested_output,
+                    budget_tokens=budget,
+                )
         except StoreUnavailable as error:
             if self.settings.redis.on_failure == "closed":
                 raise MemoryUnavailable(
@@ -248,14 +257,15 @@ class TurnService:
 
     async def _record_now(self, turn: Turn, answer: Message, usage: Usage) -> bool:
         try:
-            await self.memory.recorder.record(
-                turn,
-                answer,
-                now=self.clock(),
-                retry_s=self.settings.redis.record_retry_s,
-                request_id=request_log.current_request_id(),
-                usage=usage,
-            )
+            with self.activity.working():
+                await self.memory.recorder.record(
+                    turn,
+                    answer,
+                    now=self.clock(),
+                    retry_s=self.settings.redis.record_retry_s,
+                    request_id=request_log.current_request_id(),
+                    usage=usage,
+                )
         except StoreUnavailable as error:
             # The answer is not acknowledged: a stream ends with an error event instead of
             # [DONE], a whole answer says "degraded". A client that resends its history

@@ -41,6 +41,7 @@ from gateway.memory.jobs import Job, needed_range
 from gateway.memory.model import Message, Tiers
 from gateway.observability import metrics
 from gateway.presets import Composition
+from gateway.service.activity import Activity
 from gateway.service.ports import Embedder, JobStream, Store
 from gateway.store.keys import SessionKeys, UserKeys
 from gateway.store.redis_store import JobNotice, StoreUnavailable
@@ -316,11 +317,14 @@ class JobRunner:
             return "\n".join(s.text for s in reversed(tiers.summaries[-2:]))
         return (await self.summarizer.chunk(recent)).text if recent else ""
 
-    async def run_notice(self, notice: JobNotice) -> Outcome | Later:
+    async def run_notice(
+        self, notice: JobNotice, *, pace: Callable[[], Awaitable[object]] | None = None
+    ) -> Outcome | Later:
         """The job a notice names, after the session's older pending jobs: their own
         notices may have been lost (a cluster master that failed as the turn was recorded
         on another), and a session's jobs are made in order anyway. Each step reads the
         session's oldest job, not its list: a notice costs the same however many wait.
+        ``pace`` is awaited before each job (``Worker.requests_first``).
 
         ``Later`` when the next job to run waits for a retry (a backoff after it failed)."""
         keys = notice.keys
@@ -336,6 +340,8 @@ class JobRunner:
             wait = step.retry_at - self.clock()
             if wait > 0:
                 return Later(wait)
+            if pace is not None:
+                await pace()
             outcome = await self.run(keys, step.job)
             if step.job.id == own.job.id or isinstance(outcome, Later) or outcome == "gone":
                 return outcome
@@ -350,7 +356,9 @@ STOP_GRACE_S = 5.0
 class NoticeRunner(Protocol):
     """What the worker needs of a job runner (``JobRunner.run_notice``)."""
 
-    async def run_notice(self, notice: JobNotice) -> Outcome | Later: ...
+    async def run_notice(
+        self, notice: JobNotice, *, pace: Callable[[], Awaitable[object]] | None = None
+    ) -> Outcome | Later: ...
 
 
 class Worker:
@@ -367,12 +375,16 @@ class Worker:
         block_ms: int = 1000,
         reclaim_idle_ms: int = 60_000,
         consumer: str | None = None,
+        requests_first: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.queue = queue
         self.runner = runner
         self.concurrency = concurrency
         self.block_ms = block_ms
         self.reclaim_idle_ms = reclaim_idle_ms
+        # Awaited before each job starts: in ``serve``, until the loop has no turn to
+        # serve (``activity.Activity.quiet``); None: at once (a worker process of its own).
+        self.requests_first = requests_first
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.processed = 0
         self._slots = asyncio.Semaphore(concurrency)
@@ -380,13 +392,25 @@ class Worker:
         self._waiting: set[asyncio.Future[None]] = set()
 
     @classmethod
-    def from_config(cls, store: Store, runner: NoticeRunner, config: WorkerConfig) -> Worker:
+    def from_config(
+        cls,
+        store: Store,
+        runner: NoticeRunner,
+        config: WorkerConfig,
+        activity: Activity | None = None,
+    ) -> Worker:
+        """``activity``: the requests this worker's process serves (the in-process
+        worker's), which its jobs give way to for up to ``worker.yield_max_s``."""
+        requests_first = None
+        if activity is not None and config.yield_max_s > 0:
+            requests_first = functools.partial(activity.quiet, config.yield_max_s)
         return cls(
             store.queue,
             runner,
             concurrency=config.concurrency,
             block_ms=config.block_ms,
             reclaim_idle_ms=int(config.reclaim_idle_s * 1000),
+            requests_first=requests_first,
         )
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -466,7 +490,7 @@ class Worker:
     async def _handle(self, notice: JobNotice) -> None:
         async with self._slots:
             try:
-                outcome = await self.runner.run_notice(notice)
+                outcome = await self.runner.run_notice(notice, pace=self.requests_first)
             except StoreUnavailable as error:
                 # Not acknowledged: the notice stays pending and is reclaimed later.
                 log.warning("job %s not run: %s", notice.job_id, error)

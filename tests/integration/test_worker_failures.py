@@ -12,6 +12,8 @@ job itself come from a summary writer of the test's own around the model-free on
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -24,6 +26,7 @@ from devsupport.servers import RedisProcess
 from gateway.memory.model import Message, Tiers
 from gateway.observability.metrics import REGISTRY
 from gateway.presets import PRESETS
+from gateway.service.activity import QUIET_S, Activity
 from gateway.service.worker import JobRunner, Worker
 from gateway.store.keys import SessionKeys, job_stream
 from gateway.store.redis_store import JobNotice, RedisStore, create_client
@@ -283,3 +286,67 @@ async def test_jobs_kept_without_an_order_by_an_older_gateway_still_run_oldest_f
     assert await runner(store, writer).run_notice(notice) == "written"
     assert [turn for turn, _ in writer.calls] == [1, 2, 3]  # the older ones first
     assert admin.hlen(session.keys.jobs) == 0 == admin.zcard(session.keys.job_order)
+
+
+# --- (c) the in-process worker gives way to turns ----------------------------------------------
+
+
+async def test_jobs_wait_while_turns_are_worked_on_then_each_starts_after_a_quiet_stretch(
+    store: RedisStore, admin: Any
+) -> None:
+    """As in ``serve``: the worker's pace is the app's ``Activity``. A notice read while a
+    turn is being prepared or recorded runs no job until the turn is over."""
+    session = Turns(store, ROLLING, SessionKeys("t", "yields"))
+    for _ in range(2):
+        await session.add()
+    activity = Activity()
+    paced: list[float] = []
+
+    async def pace() -> object:
+        paced.append(asyncio.get_running_loop().time())
+        return await activity.quiet(30.0)
+
+    writer = Failing(set())
+    jobs = runner(store, writer)
+    worker = Worker(store.queue, jobs, concurrency=4, block_ms=50, requests_first=pace)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(worker.run(stop))
+    try:
+        with activity.working():
+            await until(lambda: paced, 5, "a notice read and its first job waiting")
+            await asyncio.sleep(0.1)  # the turn goes on: no job meanwhile
+            assert writer.calls == []
+        ended = asyncio.get_running_loop().time()
+        await drained(admin)
+    finally:
+        stop.set()
+        await running
+    assert [turn for turn, _ in writer.calls] == [1, 2]  # in order, once each
+    first, second = (at for _, at in writer.calls)
+    assert first - ended >= QUIET_S * 0.99 and second - first >= QUIET_S * 0.99
+    assert admin.hlen(session.keys.jobs) == 0
+
+
+async def test_under_unbroken_turns_the_jobs_still_run_one_per_longest_wait(
+    store: RedisStore, admin: Any
+) -> None:
+    session = Turns(store, ROLLING, SessionKeys("t", "busy"))
+    for _ in range(3):
+        await session.add()
+    activity = Activity()
+    writer = Failing(set())
+    worker = Worker(
+        store.queue, runner(store, writer), concurrency=4, block_ms=50,
+        requests_first=functools.partial(activity.quiet, 0.05),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    with activity.working():  # never quiet
+        running = asyncio.ensure_future(worker.run(stop))
+        try:
+            await drained(admin)
+        finally:
+            stop.set()
+            await running
+    assert [turn for turn, _ in writer.calls] == [1, 2, 3]
+    times = [at for _, at in writer.calls]
+    assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= 0.05 * 0.9

@@ -145,7 +145,7 @@ class HeldJobs:
         self.started = asyncio.Event()
         self.done = asyncio.Event()
 
-    async def run_notice(self, notice: JobNotice) -> Outcome:
+    async def run_notice(self, notice: JobNotice, *, pace: Any = None) -> Outcome:
         self.started.set()
         await self.done.wait()
         return "written"
@@ -188,7 +188,7 @@ class FailingJobs:
         self.runs = 0
         self.ran_after = asyncio.Event()
 
-    async def run_notice(self, notice: JobNotice) -> Outcome:
+    async def run_notice(self, notice: JobNotice, *, pace: Any = None) -> Outcome:
         self.runs += 1
         if self.runs == 1:
             raise AssertionError("a bug in a job's handler")
@@ -235,7 +235,7 @@ class RetriedJobs:
         self.runs = 0
         self.ran = asyncio.Event()
 
-    async def run_notice(self, notice: JobNotice) -> Outcome | Later:
+    async def run_notice(self, notice: JobNotice, *, pace: Any = None) -> Outcome | Later:
         self.runs += 1
         if self.runs <= self.waits:
             return Later(self.delay_s)
