@@ -19,12 +19,19 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from gateway.caching import memo
-from gateway.memory.model import Message, Pin, Tiers
+from gateway.memory.model import LINE_ENCODING, Message, Pin, Tiers
 from gateway.memory.summary_rules import inside
 from gateway.memory.tiers.pins import top_pins
 from gateway.presets import Composition
 
 Count = Callable[[str], int]
+
+
+def count_key(count: Count) -> object:
+    """What makes two counters count alike: the encoding a counter names (the text
+    layer's ``LineCount``: one per model, many models to one encoding), else itself."""
+    return getattr(count, "encoding", None) or count
+
 
 MEMORY_HEADER = (
     "[Conversation memory, recalled by memory-gateway from earlier in this conversation "
@@ -162,20 +169,30 @@ def _pin_text(pin: Pin, dates: bool) -> str:
     return f"- pinned: {quoted(pin.content)}"
 
 
+def recalled_text(message: Message) -> str:
+    """A recalled message's line: "user: …", its own line breaks indented under it."""
+    return f"{message.role}: {inside(message.text)}"
+
+
 def recalled_line(
     message: Message, session: str | None, dates: bool, count: Count | None = None
 ) -> Item:
-    """One recalled message as the memory block shows it: "user: …", its own line breaks
-    indented under it (its tokens: see ``assemble._fill_recall``). Not a JSON string as the
-    other items are: the speaker's label and the day's line attribute it, the indentation keeps
-    it on its line, and quotation marks on every line cost ~10% of recall's room (5
-    points of the evidence REALTALK's questions need, at 3,000 tokens). With ``count``, it
-    knows its ``piece`` (made once per message: ``Archive.line``)."""
-    text = f"{message.role}: {inside(message.text)}"
+    """One recalled message as the memory block shows it (``recalled_text``; its tokens:
+    see ``assemble._fill_recall``). Not a JSON string as the other items are: the
+    speaker's label and the day's line attribute it, the indentation keeps it on its
+    line, and quotation marks on every line cost ~10% of recall's room (5 points of the
+    evidence REALTALK's questions need, at 3,000 tokens). With ``count``, it knows its
+    ``piece``, the tokens of its text and line break: as the message was recorded with
+    them (``line_tokens``) when ``count`` counts alike, else counted here (once per
+    message and process: ``Archive.line``)."""
+    text = recalled_text(message)
     section = "recall" if session is None else "recall_other"
     order = (message.ts if session is not None else 0.0, session or "", message.index)
     day = day_label(message.ts) if dates else ""
-    piece = count(text + "\n") if count is not None else 0
+    piece = 0
+    if count is not None:
+        known = message.line_tokens and count_key(count) == LINE_ENCODING
+        piece = message.line_tokens if known else count(text + "\n")
     key = item_key(message, session)
     return Item(section, text, message.tokens, key, False, order, day, piece)
 

@@ -38,6 +38,9 @@ def call_texts(tool_calls: Any) -> list[str]:
 # are no words anyone asks by, and a message of 100 images made ~2,300 tokens of them
 # to stem and embed on the event loop.
 RECALLED_IMAGE = "[image]"
+# The encoding of a stored message's ``line_tokens`` (the one the gateway ships, which
+# counts for every model whose own encoding it does not have).
+LINE_ENCODING = "cl100k_base"
 
 
 def _recalled_image(_: dict[str, Any]) -> str:
@@ -105,6 +108,10 @@ class Message:
     # The upstream's output items this answer came as (Responses API; () otherwise). Kept
     # with the stored message, never forwarded: see ``memory.references``.
     output_items: tuple[OutputItem, ...] = ()
+    # The tokens of the message's line as recall shows it (``block.recalled_line``'s
+    # piece), in ``LINE_ENCODING``: counted once, when it is recorded, not at the first
+    # turn of every process that recalls it (0: not counted, a long or an older message).
+    line_tokens: int = 0
 
     @classmethod
     def from_openai(cls, data: dict[str, Any]) -> Message:
@@ -138,6 +145,8 @@ class Message:
         data["ts"] = self.ts
         if self.output_items:
             data["output_items"] = self.output_items
+        if self.line_tokens:
+            data["line_tokens"] = self.line_tokens
         return codec.dumps(data)
 
     @classmethod
@@ -164,12 +173,18 @@ class Message:
             int(data.get("tokens", 0)),
             data.get("ts", 0.0),
             tuple((str(i), str(t), str(c)) for i, t, c in items) if items else (),
+            int(data.get("line_tokens", 0)),
         )
 
     def but(
-        self, *, index: int | None = None, tokens: int | None = None, ts: float | None = None
+        self,
+        *,
+        index: int | None = None,
+        tokens: int | None = None,
+        ts: float | None = None,
+        line_tokens: int | None = None,
     ) -> Message:
-        """A copy with its bookkeeping changed (place in the log, token count, time), in
+        """A copy with its bookkeeping changed (place in the log, token counts, time), in
         one call: ``dataclasses.replace`` costs twice as much, and a turn makes several."""
         return Message(
             self.role,
@@ -181,6 +196,7 @@ class Message:
             self.tokens if tokens is None else tokens,
             self.ts if ts is None else ts,
             self.output_items,
+            self.line_tokens if line_tokens is None else line_tokens,
         )
 
     def with_content(self, content: Any, tokens: int | None = None) -> Message:

@@ -7,13 +7,17 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gateway import offload
+from gateway.memory.block import recalled_text
 from gateway.memory.model import Message, SessionState
 from gateway.memory.reconcile import Reconciled, reconcile
-from gateway.text.tokens import TokenCounter, uncounted_chars
+from gateway.text.tokens import LINE_MODEL, TokenCounter, uncounted_chars
 
 # An edit abandons only a log whose newest message is at least this old: a person reads
 # an answer before editing what led to it; requests sent together are not edits.
 EDIT_AFTER_S = 1.0
+# A message recorded with its recalled line's tokens (``Message.line_tokens``) up to this
+# length: a chat message's; a longer one is counted when first recalled, if ever.
+LINE_COUNT_CHARS = 4096
 
 
 class Planner:
@@ -36,6 +40,19 @@ class Planner:
                 message = memo[id(message)]
             out.append(message)
         return tuple(out)
+
+    def lined(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """The messages with their recalled lines' tokens (``Message.line_tokens``)."""
+        count = self.counter.for_model(LINE_MODEL)
+        return tuple(
+            m.but(line_tokens=count(recalled_text(m) + "\n")) if _unlined(m) else m
+            for m in messages
+        )
+
+    async def lined_off_loop(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """``lined``, in the heavy-work pool when there is much to count (an import)."""
+        size = sum(len(m.text) for m in messages if _unlined(m))
+        return await offload.sized(size, self.lined, messages)
 
     async def counted_off_loop(
         self, messages: tuple[Message, ...], model: str
@@ -72,3 +89,7 @@ class Planner:
             to_record=self.counted(plan.to_record, model, memo),
             new=self.counted(plan.new, model, memo),
         )
+
+
+def _unlined(message: Message) -> bool:
+    return not message.line_tokens and len(message.text) <= LINE_COUNT_CHARS

@@ -306,6 +306,7 @@ class Recorder:
         Returns what is known of the session afterwards (its count, turns, user and tail).
         """
         stamped = tuple(m if m.ts > 0 else m.but(ts=now) for m in messages)
+        stamped = await self.planner.lined_off_loop(stamped)
         vectors = await self.archives.encode(stamped) if self.archives.vectors is not None else []
         before = (
             stored.message_count if truncate_to is None else min(stored.message_count, truncate_to)

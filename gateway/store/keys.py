@@ -311,7 +311,10 @@ SCHEMA: tuple[KeyShape, ...] = (
              "(the last record's id and outcome: a retried record appends nothing); "
              "forwarded (the last forwarded context's fingerprint: per message, a hash and "
              "its tokens)"),
-    KeyShape(_S + "log", "list", RETENTION, "every message as JSON; position + 1 is its index"),
+    KeyShape(_S + "log", "list", RETENTION,
+             "every message as JSON (the chat API's fields; tokens, ts, and line_tokens: its "
+             "line as recall shows it, counted in cl100k_base when recorded); position + 1 "
+             "is its index"),
     KeyShape(_S + "vec", "list", RETENTION,
              "each message's recall vector (128 signed bytes, empty for none), aligned with "
              "the log's end"),

@@ -27,6 +27,9 @@ from gateway.text import cl100k
 log = logging.getLogger(__name__)
 
 SHIPPED_ENCODING = cl100k.NAME
+# A model name no encoding is known for: what it counts, it counts in the shipped one
+# (a stored message's ``line_tokens``, in ``model.LINE_ENCODING``).
+LINE_MODEL = "memory-gateway/lines"
 
 
 def encoding_for_model(model: str) -> tiktoken.Encoding:
@@ -105,6 +108,9 @@ class LineCount(partial[int]):
     (A ``partial``: called as fast as one.)"""
 
     by_lines = True
+    # The encoding it counts with: counters of one encoding count alike (what one of them
+    # counted, another may reuse: ``block.count_key``).
+    encoding = ""
 
 
 def text_chars(message: Message) -> int:
@@ -169,6 +175,7 @@ class TokenCounter:
         count = self._per_model.get(model)
         if count is None:
             count = LineCount(self.count_text, model=model)
+            count.encoding = self.encoding_for_model(model).name
             self._per_model.put(model, count)
         return count
 

@@ -6,6 +6,7 @@ Redis stand for two replicas (each with its own archives in memory).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -16,6 +17,7 @@ from devsupport.servers import RedisProcess
 from gateway.auth.identity import Identity, MemoryMode
 from gateway.config import MemoryConfig
 from gateway.memory import vectors
+from gateway.memory.block import recalled_text
 from gateway.memory.model import Message
 from gateway.presets import PRESETS
 from gateway.service.memory_service import MemoryService
@@ -216,3 +218,32 @@ async def test_a_session_recorded_without_vectors_gets_them_where_it_is_read(
     held = reader.archives.get(keys)
     assert held is not None and held.codes.shape == (120, vectors.DIM)
     assert (held.codes.any(axis=1)).all()
+
+
+async def test_messages_are_stored_with_their_recalled_lines_tokens(
+    store: RedisStore, redis_server: RedisProcess
+) -> None:
+    """Issue 33: a message's line as recall shows it is counted once, when it is recorded
+    (imported, or a turn's), and kept with it: a process that reads the session again
+    (another replica, a restart) recalls it without counting it."""
+    who = identity()
+    keys = session_keys(who)
+    memory = service(store)
+    long = "a pasted document. " * 300  # longer than a chat message: counted if recalled
+    await memory.recorder.import_messages(
+        keys, None, (*conversation(6), Message("user", long)), now=1.0
+    )
+    turn = await memory.prepare(who, (Message("user", "Line one.\nLine two"),), "gpt-4o")
+    await memory.recorder.record(turn, Message("assistant", "Noted."), now=2.0)
+    client = redis_server.client()
+    try:
+        log = [json.loads(raw) for raw in client.lrange(keys.log, 0, -1)]
+    finally:
+        client.close()
+    count = TokenCounter().for_model("gpt-4")  # (cl100k_base, as LINE_ENCODING)
+    assert len(log) == 9 and "line_tokens" not in log[6]
+    for index, data in enumerate(log, 1):
+        if index == 7:
+            continue
+        message = Message.from_data(data, index)
+        assert message.line_tokens == count(recalled_text(message) + "\n") > 0, data

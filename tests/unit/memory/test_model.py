@@ -50,6 +50,17 @@ def test_a_copy_changes_only_the_bookkeeping_asked_for() -> None:
     assert message.but() == message
 
 
+def test_a_recalled_line_s_count_is_stored_with_its_message_and_goes_with_its_content() -> None:
+    message = Message("user", "hi", index=2, tokens=3, ts=1.0, line_tokens=5)
+    raw = json.loads(message.to_json())
+    assert raw["line_tokens"] == 5
+    assert Message.from_data(raw, 2) == message
+    assert message.but(tokens=4, index=3).line_tokens == 5  # bookkeeping: the line is the same
+    assert message.but(line_tokens=0).line_tokens == 0
+    assert message.with_content("another text").line_tokens == 0  # another line: not known
+    assert "line_tokens" not in json.loads(message.but(line_tokens=0).to_json())  # no bytes
+
+
 # --- A refused answer, as a client sends it back -------------------------------------
 
 REFUSAL = "I can't help with that."

@@ -10,9 +10,10 @@ import pytest
 
 from gateway.auth.identity import Identity, MemoryMode
 from gateway.config import MemoryConfig
-from gateway.memory.block import MEMORY_HEADER
+from gateway.memory.block import MEMORY_HEADER, recalled_line
 from gateway.memory.model import Message, Pin, SessionState, Summary, Tiers
 from gateway.service.memory_service import MemoryService
+from gateway.service.planning import Planner
 from gateway.store.keys import SessionKeys
 from gateway.store.redis_store import Loaded, LogSlice, Recorded, TailMoved
 from gateway.text.tokens import TokenCounter
@@ -225,3 +226,49 @@ async def test_a_long_session_s_recalled_lines_are_made_and_counted_once(
     # and its lines that no item stands for count (its header, titles, dates, a day's
     # line, its last line), as many whatever the number of lines.
     assert len(tokens.texts) < 20, tokens.texts
+
+
+async def test_lines_recorded_with_their_count_are_not_counted_when_first_recalled() -> None:
+    """Issue 33: the first turn that recalls a stored message (the first after an import
+    or a restart) takes its line's count as recorded (``Message.line_tokens``), and makes
+    the very context that counting every line would."""
+    said = [replace(m, content=f"{m.text}: the trip to Lisbon") for m in history(400)]
+    plain = tuple(replace(m, index=i + 1, tokens=9) for i, m in enumerate(said))
+    lined = Planner(TokenCounter()).lined(plain)
+    assert all(m.line_tokens for m in lined)
+    question = (Message("user", "what did we say about the trip to Lisbon?"),)
+    contexts, counted = [], []
+    for stored in (plain, lined):
+        tokens = CountingTexts()
+        state = SessionState(message_count=400, tail=stored)
+        service = MemoryService(StoreOf(sessions=FakeSessions(state)), tokens, MemoryConfig())
+        turn = await service.prepare(IDENTITY, question, "gpt-4")  # (cl100k_base)
+        contexts.append(turn.context)
+        counted.append([text for text in tokens.texts if text.endswith("the trip to Lisbon\n")])
+    # (The same messages sent, and the same receipt: the window's carry their counts.)
+    assert contexts[0].openai_messages() == contexts[1].openai_messages()
+    assert contexts[0].receipt == contexts[1].receipt
+    recalled = contexts[1].receipt.recalled
+    assert len(recalled) > 100 and len(counted[0]) >= len(recalled)
+    assert counted[1] == []
+
+
+def test_a_counter_of_another_encoding_counts_a_line_itself() -> None:
+    """A stored count is in ``LINE_ENCODING``: a model counted in another encoding (o200k
+    where tiktoken has it) counts the line as it counts everything else."""
+    message = Message("user", "the trip to Lisbon", index=3, tokens=9, line_tokens=7)
+
+    class Other:
+        encoding = "o200k_base"
+
+        def __call__(self, text: str) -> int:
+            return 1000 + len(text)
+
+    same = TokenCounter().for_model("gpt-4")
+    assert recalled_line(message, None, False, same).piece == 7
+    assert recalled_line(message, None, False, Other()).piece == 1000 + len(
+        "user: the trip to Lisbon\n"
+    )
+    assert recalled_line(message.but(line_tokens=0), None, False, same).piece == same(
+        "user: the trip to Lisbon\n"
+    )

@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.compat.tiktoken import cached_locally
-from gateway.memory.model import Message
+from gateway.memory.model import LINE_ENCODING, Message
 from gateway.text import tokens
 from gateway.text.tokens import (
+    LINE_MODEL,
     SHIPPED_ENCODING,
     TOKENS_PER_MESSAGE,
     TOKENS_PER_REPLY,
@@ -212,3 +213,13 @@ def test_uncounted_chars_are_those_counting_would_read() -> None:
     assert text_chars(Message("assistant", None, tool_calls=(call,))) == 4
     counted = Message("user", "x" * 1000, tokens=300)
     assert uncounted_chars([Message("user", "hello"), counted]) == 5
+
+
+def test_stored_line_counts_are_made_in_the_encoding_they_are_read_as() -> None:
+    """``Message.line_tokens`` is read as ``LINE_ENCODING``'s count (``block.recalled_line``):
+    the counter that makes it counts in that encoding, the one the gateway ships."""
+    count = TokenCounter().for_model(LINE_MODEL)
+    assert count.encoding == LINE_ENCODING == SHIPPED_ENCODING
+    assert count("user: hello there\n") == len(
+        encoding_for_model("gpt-4").encode("user: hello there\n")
+    )
