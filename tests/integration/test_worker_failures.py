@@ -83,6 +83,14 @@ def tiers_of(admin: Any, keys: SessionKeys) -> Tiers:
     return Tiers.from_json(admin.get(keys.tiers))
 
 
+async def with_jobs(store: RedisStore, name: str, turns: int) -> Turns:
+    """A session of ``turns`` recorded turns, their jobs pending (a notice each)."""
+    session = Turns(store, ROLLING, SessionKeys("t", name))
+    for _ in range(turns):
+        await session.add()
+    return session
+
+
 # --- the summarizer's model, over HTTP -----------------------------------------------------
 
 
@@ -236,9 +244,7 @@ async def test_a_job_that_failed_runs_again_after_its_backoff_before_the_later_j
     store: RedisStore, admin: Any
 ) -> None:
     writer = Failing({1}, times=2)
-    session = Turns(store, ROLLING, SessionKeys("t", "retried"))
-    for _ in range(3):  # three notices waiting: they are read together
-        await session.add()
+    session = await with_jobs(store, "retried", 3)  # three notices, read together
     failed, dropped = counted("jobs_failed", "error"), counted("jobs_dropped", "error")
     async with working(runner(store, writer, backoff_s=0.05)):
         await drained(admin)
@@ -275,9 +281,7 @@ async def test_a_job_waiting_for_its_retry_is_in_the_backlog_metrics_read(
 async def test_jobs_kept_without_an_order_by_an_older_gateway_still_run_oldest_first(
     store: RedisStore, admin: Any
 ) -> None:
-    session = Turns(store, ROLLING, SessionKeys("t", "older"))
-    for _ in range(3):
-        await session.add()
+    session = await with_jobs(store, "older", 3)
     admin.delete(session.keys.job_order)  # as an older gateway left them: the hash alone
     newest = session.jobs[-1]
     entry = next(e for e, fields in admin.xrange(STREAM) if fields[b"job"] == newest.id.encode())
@@ -296,9 +300,7 @@ async def test_jobs_wait_while_turns_are_worked_on_then_each_starts_after_a_quie
 ) -> None:
     """As in ``serve``: the worker's pace is the app's ``Activity``. A notice read while a
     turn is being prepared or recorded runs no job until the turn is over."""
-    session = Turns(store, ROLLING, SessionKeys("t", "yields"))
-    for _ in range(2):
-        await session.add()
+    session = await with_jobs(store, "yields", 2)
     activity = Activity()
     paced: list[float] = []
 
@@ -330,9 +332,7 @@ async def test_jobs_wait_while_turns_are_worked_on_then_each_starts_after_a_quie
 async def test_under_unbroken_turns_the_jobs_still_run_one_per_longest_wait(
     store: RedisStore, admin: Any
 ) -> None:
-    session = Turns(store, ROLLING, SessionKeys("t", "busy"))
-    for _ in range(3):
-        await session.add()
+    await with_jobs(store, "busy", 3)
     activity = Activity()
     writer = Failing(set())
     worker = Worker(
