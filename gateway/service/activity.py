@@ -35,24 +35,36 @@ class Activity:
         self._busy = 0
         self._since = clock()  # when the count last fell to 0
         self._claimed = -float("inf")  # when a quiet stretch was last given to a job
-        self._idle = asyncio.Event()
-        self._idle.set()
+        # Made for the loop that waits on them (``_waits``): an app started again on
+        # another loop (a test's second client) gets new ones, not a RuntimeError.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: asyncio.Event | None = None
         # Jobs start one at a time: under unbroken load, one per ``max_wait_s``, not all
         # of the worker's slots at once when their waits end together.
-        self._turn = asyncio.Lock()
+        self._turn: asyncio.Lock | None = None
 
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
         """Around a turn's CPU-bound step."""
         self._busy += 1
-        self._idle.clear()
+        if self._idle is not None:
+            self._idle.clear()
         try:
             yield
         finally:
             self._busy -= 1
             if not self._busy:
                 self._since = self.clock()
+                if self._idle is not None:
+                    self._idle.set()
+
+    def _waits(self) -> tuple[asyncio.Event, asyncio.Lock]:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._idle is None or self._turn is None:
+            self._loop, self._idle, self._turn = loop, asyncio.Event(), asyncio.Lock()
+            if not self._busy:
                 self._idle.set()
+        return self._idle, self._turn
 
     @property
     def busy(self) -> bool:
@@ -65,10 +77,11 @@ class Activity:
     async def quiet(self, max_wait_s: float) -> bool:
         """Return once no turn has been worked on for ``QUIET_S`` (True), or after
         ``max_wait_s`` whatever the load (False); one caller at a time."""
-        async with self._turn:
-            return await self._quiet(max_wait_s)
+        idle, turn = self._waits()
+        async with turn:
+            return await self._quiet(idle, max_wait_s)
 
-    async def _quiet(self, max_wait_s: float) -> bool:
+    async def _quiet(self, idle: asyncio.Event, max_wait_s: float) -> bool:
         deadline = self.clock() + max_wait_s
         while True:
             left = deadline - self.clock()
@@ -76,7 +89,7 @@ class Activity:
                 return False
             if self._busy:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._idle.wait(), left)
+                    await asyncio.wait_for(idle.wait(), left)
                 continue
             # Each job its own quiet stretch: the jobs that waited behind one do not all
             # start in the gap it found.

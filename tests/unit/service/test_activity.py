@@ -56,3 +56,18 @@ async def test_jobs_waiting_together_each_get_a_quiet_stretch_of_their_own() -> 
     await asyncio.gather(job(), job(), job())
     gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
     assert len(gaps) == 2 and min(gaps) >= QUIET_S * 0.99
+
+
+def test_one_activity_serves_an_app_started_again_on_another_loop() -> None:
+    """A waiter bound to the first loop's primitives would fail on the second (a job
+    dropped as an error); each loop gets its own."""
+    activity = Activity()
+
+    async def busy_then_quiet() -> bool:
+        with activity.working():
+            waiting = asyncio.ensure_future(activity.quiet(5.0))
+            await asyncio.sleep(0.01)
+        return await waiting
+
+    assert asyncio.run(busy_then_quiet()) is True
+    assert asyncio.run(busy_then_quiet()) is True
