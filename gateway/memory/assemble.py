@@ -38,6 +38,7 @@ from gateway.memory.block import (
     Count,
     Item,
     block_tokens,
+    count_key,
     cut_item,
     dates_line,
     item_key,
@@ -47,7 +48,7 @@ from gateway.memory.block import (
     recalled_line,
 )
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
-from gateway.memory.model import Message, Pin, Tiers
+from gateway.memory.model import LINE_ENCODING, Message, Pin, Tiers
 from gateway.memory.reconcile import Reconciled
 from gateway.memory.tiers.window import (
     newest_groups,
@@ -273,9 +274,12 @@ def fill_recall(
     shows and what an earlier hit brought. Returns how many were tried and left out.
 
     Every hit is weighed, few are taken, so the weighing is plain arithmetic on locals: a
-    message's line costs its own token count (the speaker's label and the line break
-    take the place of the framing it counts), plus a header line for a day not shown yet,
-    or a "…" between excerpts of one day; the lines are made for what is taken."""
+    message's line costs what it was recorded to cost (``Message.line_tokens``, when the
+    counter counts alike), else its own token count (the speaker's label and the line
+    break take the place of the framing it counts: a token or so more than the line, ~100
+    of a 3,000-token budget, and less than a line of many line breaks, each indented),
+    plus a header line for a day not shown yet, or a "…" between excerpts of one day; the
+    lines are made for what is taken."""
     tier = composition.recall
     assert tier is not None
     room = packer.budget - packer.used
@@ -291,6 +295,7 @@ def fill_recall(
         for name in ("recall", "recall_other")
     }
     dates, count = composition.dates, packer.count
+    exact = count_key(count) == LINE_ENCODING  # (a recorded line's count is this one's)
     # A message of this session is its index, and its day the day's number; another
     # session's, the pair of its session and that (no tuple to make for most hits).
     taken: set[Hashable] = set(shown)
@@ -320,7 +325,7 @@ def fill_recall(
                 cost += header
             elif before not in taken and after not in taken:
                 cost += 2  # a "…" line before or after it
-            cost += line.tokens
+            cost += line.line_tokens if exact and line.line_tokens else line.tokens
             lines.append((line, key, day))
         if not lines:
             continue

@@ -272,3 +272,44 @@ def test_a_counter_of_another_encoding_counts_a_line_itself() -> None:
     assert recalled_line(message.but(line_tokens=0), None, False, same).piece == same(
         "user: the trip to Lisbon\n"
     )
+
+
+async def test_recall_weighs_each_recorded_line_by_its_own_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A message's token count is a token or so more than its recalled line, and less
+    than a line of many line breaks (each indented under it): weighed by that, a block of
+    pasted lists came out over budget and was rendered again and again, one item fewer
+    each time. Weighed by the line's recorded count, it is rendered once, and fills the
+    budget closer."""
+    from gateway.memory import assemble as assemble_module
+
+    renders: list[int] = []
+    render = assemble_module.memory_lines
+
+    def rendering(chosen: Any, *args: Any, **kwargs: Any) -> Any:
+        renders.append(len(chosen))
+        return render(chosen, *args, **kwargs)
+
+    monkeypatch.setattr(assemble_module, "memory_lines", rendering)
+    listed = "\n".join(f"- step {n} of the trip to Lisbon" for n in range(12))
+    said = [replace(m, content=f"{m.text}:\n{listed}") for m in history(300)]
+    counted = Planner(TokenCounter()).counted(
+        tuple(replace(m, index=i + 1) for i, m in enumerate(said)), "gpt-4", {}
+    )
+    question = (Message("user", "what did we say about the trip to Lisbon?"),)
+    sent = {}
+    for name, stored in (
+        ("estimated", counted),
+        ("recorded", Planner(TokenCounter()).lined(counted)),
+    ):
+        renders.clear()
+        state = SessionState(message_count=300, tail=stored)
+        service = MemoryService(
+            StoreOf(sessions=FakeSessions(state)), TokenCounter(), MemoryConfig()
+        )
+        turn = await service.prepare(IDENTITY, question, "gpt-4")  # (cl100k_base)
+        sent[name] = (len(renders), turn.context.receipt.total_tokens)
+        assert turn.context.receipt.total_tokens <= 3000
+    assert sent["recorded"][0] == 1 < sent["estimated"][0]
+    assert sent["recorded"][1] >= sent["estimated"][1]
