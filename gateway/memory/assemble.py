@@ -38,7 +38,7 @@ from gateway.memory.block import (
     Count,
     Item,
     block_tokens,
-    count_key,
+    counts_as_recorded,
     cut_item,
     dates_line,
     item_key,
@@ -48,7 +48,7 @@ from gateway.memory.block import (
     recalled_line,
 )
 from gateway.memory.counting import TOKENS_PER_MESSAGE, TOKENS_PER_REPLY
-from gateway.memory.model import LINE_ENCODING, Message, Pin, Tiers
+from gateway.memory.model import Message, Pin, Tiers
 from gateway.memory.reconcile import Reconciled
 from gateway.memory.tiers.window import (
     newest_groups,
@@ -295,7 +295,7 @@ def fill_recall(
         for name in ("recall", "recall_other")
     }
     dates, count = composition.dates, packer.count
-    exact = count_key(count) == LINE_ENCODING  # (a recorded line's count is this one's)
+    exact = counts_as_recorded(count)  # (a recorded line's count is this one's)
     # A message of this session is its index, and its day the day's number; another
     # session's, the pair of its session and that (no tuple to make for most hits).
     taken: set[Hashable] = set(shown)

@@ -27,10 +27,11 @@ from gateway.presets import Composition
 Count = Callable[[str], int]
 
 
-def count_key(count: Count) -> object:
-    """What makes two counters count alike: the encoding a counter names (the text
-    layer's ``LineCount``: one per model, many models to one encoding), else itself."""
-    return getattr(count, "encoding", None) or count
+def counts_as_recorded(count: Count) -> bool:
+    """Whether ``count`` counts a line as a stored message's ``line_tokens`` was counted:
+    in ``LINE_ENCODING``, the encoding it names (the text layer's ``LineCount``: one per
+    model, many models to one encoding). Then that count stands for the line's."""
+    return getattr(count, "encoding", None) == LINE_ENCODING
 
 
 MEMORY_HEADER = (
@@ -191,7 +192,7 @@ def recalled_line(
     day = day_label(message.ts) if dates else ""
     piece = 0
     if count is not None:
-        known = message.line_tokens and count_key(count) == LINE_ENCODING
+        known = message.line_tokens and counts_as_recorded(count)
         piece = message.line_tokens if known else count(text + "\n")
     key = item_key(message, session)
     return Item(section, text, message.tokens, key, False, order, day, piece)

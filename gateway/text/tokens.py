@@ -109,7 +109,7 @@ class LineCount(partial[int]):
 
     by_lines = True
     # The encoding it counts with: counters of one encoding count alike (what one of them
-    # counted, another may reuse: ``block.count_key``).
+    # counted, another may reuse: ``block.counts_as_recorded``).
     encoding = ""
 
 
