@@ -374,8 +374,8 @@ def _no_key(key: str) -> Unauthorized:
             code="invalid_api_key",
         )
     return Unauthorized(
-        "an API key is required: send it as 'Authorization: Bearer <key>' "
-        "(placeholder keys such as EMPTY are not keys)",
+        "an API key is required: send it as 'Authorization: Bearer <key>' (or, to "
+        "/v1/messages, as 'x-api-key: <key>'; placeholder keys such as EMPTY are not keys)",
         code="missing_api_key",
     )
 

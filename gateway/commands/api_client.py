@@ -178,12 +178,19 @@ class MemoryClient:
 
     def message_count(self, session_id: str) -> int:
         """The session's message count; 0 for a session that does not exist (yet)."""
+        return self.held(session_id)[0]
+
+    def held(self, session_id: str) -> tuple[int, str | None]:
+        """The session's message count and its user; (0, None) for a session that does
+        not exist (yet), or that this key may not see."""
         try:
-            return int(self.session(session_id)["message_count"])
+            session = self.session(session_id)
         except ApiError as error:
             if error.status == 404 and error.param == "session_id":
-                return 0
+                return 0, None
             raise
+        user = session.get("user_id")
+        return int(session["message_count"]), user if isinstance(user, str) else None
 
     def import_messages(self, session_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
         return self._json("POST", session_path(session_id, "messages"), json={"messages": messages})

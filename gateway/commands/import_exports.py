@@ -150,6 +150,9 @@ class _Run:
     imported: list[tuple[Conversation, int, bool]] = field(default_factory=list)  # sent, resumed
     present: list[Conversation] = field(default_factory=list)  # imported by an earlier run
     other: list[tuple[Conversation, int]] = field(default_factory=list)  # other messages
+    # Imported for another user of the tenant (a session id is the conversation's: one
+    # export imports for one user).
+    others: list[tuple[Conversation, str]] = field(default_factory=list)
     current: Conversation | None = None
     at: Sending | None = None
 
@@ -178,7 +181,11 @@ def run_export_import(
             for conversation in importable:
                 entries = tuple(Entry(i, m) for i, m in enumerate(conversation.messages, 1))
                 run.current, run.at = conversation, None
-                count = client.message_count(conversation.session_id)
+                count, owner = client.held(conversation.session_id)
+                if count and owner is not None and owner != args.user:
+                    run.others.append((conversation, owner))
+                    progress.advance(overall)
+                    continue
                 if mark is not None and mark.session == conversation.session_id:
                     start = _resume_at(mark, export, conversation, entries, count)
                     mark = None
@@ -284,7 +291,7 @@ def _refused(
 
 
 def _interrupted(run: _Run, importable: Sequence[Conversation], state: Path) -> str:
-    done = len(run.imported) + len(run.present) + len(run.other)
+    done = len(run.imported) + len(run.present) + len(run.other) + len(run.others)
     where = ""
     if run.current is not None and run.at is not None:
         total = len(run.current.messages)
@@ -318,6 +325,12 @@ def _report(
         )
     if run.present:
         out.print(f"skipped {plural(len(run.present), 'conversation')} imported before")
+    for conversation, owner in run.others:
+        err.print(
+            f"note: {_named(conversation)} was imported for user {owner}, not "
+            f"{args.user}: left as it is (a conversation's session is one user's; erase "
+            "it to import it for another)"
+        )
     for conversation, count in run.other:
         err.print(
             f"note: session {conversation.session_id} exists with "

@@ -276,6 +276,10 @@ def test_two_keys_are_refused_and_a_bad_one_in_anthropics_envelope(
     assert twice.status_code == 400
     assert twice.json()["error"]["type"] == "invalid_request_error"
     assert short.status_code == 401
+    with httpx.Client(base_url=gateway.url) as http:
+        none = http.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+    assert none.status_code == 401
+    assert "'x-api-key: <key>'" in none.json()["error"]["message"]  # Anthropic's header named
     assert short.json() == {
         "type": "error",
         "error": {"type": "authentication_error", "message": short.json()["error"]["message"]},
@@ -349,3 +353,33 @@ def test_read_mode_injects_memory_and_records_nothing(
     assert raw.headers["x-memory-receipt"]  # what memory put in, as for chat
     assert said(raw.parse()) == "Your car is blue."
     assert len(stored_log(redis_server, api_key, session_id)) == 2
+
+
+def test_limits_refuse_in_anthropics_envelope_before_the_upstream(
+    make_gateway: GatewayFactory, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    """A tenant's request limit and the body limit hold for /v1/messages as for chat, and
+    the SDK reads their refusals as Anthropic's own (its RateLimitError, its 413)."""
+    gateway = make_gateway(
+        limits={"tenant": {"requests_per_minute": 2}}, server={"max_body_bytes": 64 * 1024}
+    )
+    client = claude(gateway, api_key, session_id)
+    message = {"role": "user", "content": "my seat is 14C"}
+    for _ in range(2):
+        client.messages.create(model="claude-fake", max_tokens=20, messages=[message])
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        client.messages.create(model="claude-fake", max_tokens=20, messages=[message])
+    assert limited.value.body == {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": limited.value.body["error"]["message"]},
+    }
+    assert 1 <= int(limited.value.response.headers["retry-after"]) <= 120
+    assert len(fake_upstream.messages_requests()) == 2  # the refused one never went on
+
+    roomy = claude(make_gateway(server={"max_body_bytes": 64 * 1024}), api_key, session_id)
+    huge = {"role": "user", "content": "x" * (128 * 1024)}
+    with pytest.raises(anthropic.APIStatusError) as too_large:
+        roomy.messages.create(model="claude-fake", max_tokens=20, messages=[huge])
+    assert too_large.value.status_code == 413
+    assert too_large.value.body["error"]["type"] == "request_too_large"
+    assert len(fake_upstream.messages_requests()) == 2

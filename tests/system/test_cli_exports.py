@@ -72,6 +72,11 @@ def test_a_chatgpt_export_becomes_recallable_sessions_of_the_user_with_their_dat
     assert f"imported 2 conversations from {path} into sessions of user ada (8 messages)" in out
     assert f"  {LISBON}  4 messages, 2024-05-02 to 2024-05-03  Lisbon trip planning" in out
     assert "skipped 1 conversation with nothing to import" in out
+    # The progress shown (its last state: stderr is no terminal here): the conversations
+    # done of the export's, and the last conversation's messages.
+    lines = err.splitlines()
+    assert lines[0].startswith("conversations") and lines[0].split()[-3] == "2/2", err
+    assert lines[1].startswith('conversation 2 "Sourdough starter"') and " 4/4 messages " in err
     assert not (tmp_path / "chatgpt-conversations.json.import-progress.json").exists()
 
     assert sorted(api.get("/memory/users/ada").json()["sessions"]) == [LISBON, SOURDOUGH]
@@ -113,6 +118,17 @@ def test_a_claude_export_becomes_recallable_sessions_of_the_user_with_their_date
     assert code == 0, err
     assert "imported 0 conversations" in out and "skipped 2 conversations imported before" in out
     assert len(stored(api, GARDEN)) == 4 and len(stored(api, BIKE)) == 2
+
+    # For another user: the sessions are ada's, and said to be, not "imported before".
+    code, out, err = run("import", "--from", "claude", str(path), "--user", "bob")
+    assert code == 0, err
+    assert "imported 0 conversations" in out and "imported before" not in out
+    assert (
+        f'note: conversation 1 "Tomato beds" (session {GARDEN}) was imported for user ada, '
+        "not bob: left as it is"
+    ) in err
+    assert api.get("/memory/users/bob").status_code == 404
+    assert api.get(f"/memory/sessions/{GARDEN}").json()["user_id"] == "ada"
 
 
 def test_usage_errors(run: Run, tmp_path: Path) -> None:
