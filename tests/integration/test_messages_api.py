@@ -138,6 +138,47 @@ def test_a_streamed_answer_is_relayed_and_remembered(
     ]
 
 
+def test_streamed_events_are_relayed_as_they_arrive(
+    gateway: ServerThread, fake_upstream: FakeUpstream, api_key: str, session_id: str
+) -> None:
+    client = claude(gateway, api_key, session_id)
+    history = [{"role": "user", "content": "a slow one"}]
+    done = fake_upstream.anthropic.completed_streams
+    with client.messages.stream(model="slow-stream", max_tokens=100, messages=history) as stream:
+        first = next(iter(stream.text_stream))
+        # The first words reached the client while the upstream was still writing.
+        assert first and fake_upstream.anthropic.completed_streams == done
+        rest = "".join(stream.text_stream)
+    assert first + rest == "ack: a slow one"
+    assert fake_upstream.anthropic.completed_streams == done + 1
+
+
+def test_an_upstream_error_mid_stream_is_relayed_and_nothing_is_stored(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    client = claude(gateway, api_key, session_id)
+    said_first = [{"role": "user", "content": "my dog is Rex"}]
+    client.messages.create(model="claude-fake", max_tokens=100, messages=said_first)
+    cut = [{"role": "user", "content": "my cat is Tom"}]
+    with (
+        pytest.raises(anthropic.APIStatusError) as failed,
+        client.messages.stream(model="fail-stream", max_tokens=100, messages=cut) as stream,
+    ):
+        for _ in stream.text_stream:
+            pass
+    # The upstream's own error event, as it sent it; no message_stop after it.
+    assert failed.value.body["error"]["type"] == "overloaded_error"
+    # A turn cut short is not memory: only the whole one before it is stored.
+    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [
+        ("user", "my dog is Rex"),
+        ("assistant", "ack: my dog is Rex"),
+    ]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_tool_call_and_its_result_stay_together(
     gateway: ServerThread,
@@ -183,6 +224,7 @@ def test_a_tool_call_and_its_result_stay_together(
 def test_one_session_mixes_the_three_apis(
     gateway: ServerThread,
     fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
     api_key: str,
     session_id: str,
 ) -> None:
@@ -203,6 +245,17 @@ def test_one_session_mixes_the_three_apis(
         messages=[{"role": "user", "content": "What is my color?"}],
     )
     assert said(answer) == "Your color is teal."
+    # One log, each turn once, whichever API said it.
+    assert roles_and_text(stored_log(redis_server, api_key, session_id)) == [
+        ("user", "my city is Lyon"),
+        ("assistant", "ack: my city is Lyon"),
+        ("user", "What is my city?"),
+        ("assistant", "Your city is Lyon."),
+        ("user", "my color is teal"),
+        ("assistant", "ack: my color is teal"),
+        ("user", "What is my color?"),
+        ("assistant", "Your color is teal."),
+    ]
 
 
 def test_errors_come_in_anthropics_envelope(

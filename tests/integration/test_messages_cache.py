@@ -14,6 +14,7 @@ from devsupport.fake_upstream import FakeUpstream
 from tests.integration.test_prompt_cache import MEDIUM  # messages of ~40 tokens
 from tests.support.clients import Memory
 from tests.support.fixtures import GatewayFactory
+from tests.support.metrics import moved, scrape
 
 QUESTIONS = [f"Tell me more about topic {t} and the river, please." for t in range(6)]
 
@@ -61,7 +62,12 @@ def test_the_stable_part_is_read_from_the_cache_turn_after_turn(
     memory = Memory(gateway, api_key, session_id)
     memory.add(120, MEDIUM)
     memory.flush()
+    before = scrape(gateway.url)
     usages = replay(gateway.url, api_key, session_id)
+    # What Anthropic read from its cache is counted as the upstream's cached tokens.
+    read = sum(u["cache_read_input_tokens"] or 0 for u in usages)
+    cached = moved(before, scrape(gateway.url), "memory_gateway_upstream_cached_tokens_total")
+    assert cached == read
     bodies = [r.json() for r in fake_upstream.messages_requests()]
     assert all(
         sum("cache_control" in b for m in body["messages"] for b in m["content"]) <= 1
