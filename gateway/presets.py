@@ -137,6 +137,9 @@ class RecallTier(_Section):
     semantic_weight: float = Field(default=0.6, ge=0, le=1)
     neighbour_weight: float = Field(default=0.3, ge=0, le=1)
     across_sessions: bool = True  # with X-User-Id: the user's last sessions too
+    # A fact a summarizer model wrote that matches the question lifts the message it was
+    # read from (``memory.fact_keys``): found by the fact's words as well as its own.
+    fact_keys: bool = True
     # The newest messages of a session that recall searches (older ones are not read).
     archive_messages: int = Field(default=20_000, gt=0)
     embeddings: EmbeddingsConfig | None = None

@@ -285,6 +285,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "semantic_weight": "share of the meaning in the fused score",
         "neighbour_weight": "how much of a hit's score spills onto the messages beside it",
         "across_sessions": "with `X-User-Id`, also search the user's last sessions",
+        "fact_keys": "a summarizer model's fact that matches the question lifts the "
+        "message it was read from",
         "archive_messages": "newest messages of a session that recall searches",
         "embeddings": "optional reranking by an embeddings model (see "
         "`memory.tiers.recall.embeddings`)",

@@ -49,11 +49,11 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from gateway.caching import memo_when_short
 from gateway.memory import locality, times, vectors
 from gateway.memory.archive import Archive
+from gateway.memory.fact_keys import FACT_KEYS
 from gateway.memory.model import Message
-from gateway.memory.terms import STOPWORDS, stems, terms, words
+from gateway.memory.terms import STOPWORDS, distinct_terms, stems, terms, words
 
 # BM25's term-frequency saturation and length normalisation (flat on REALTALK from
 # k1 0.9 to 2.0 and b 0.3 to 0.9).
@@ -114,10 +114,12 @@ class Query:
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """One archive searched, and the indexes already in front of the model (skipped)."""
+    """One archive searched, the indexes already in front of the model (skipped), and
+    what the model's facts that match the query lift each message by (``fact_keys``)."""
 
     archive: Archive
     exclude: frozenset[int] = frozenset()
+    fact_lifts: npt.NDArray[np.float64] | None = None
 
 
 @dataclass(slots=True)
@@ -141,6 +143,8 @@ class Weights:
     b: float = B
     around: float = AROUND
     around_decay: float = AROUND_DECAY
+    # A model's fact that matches the question lifts its message (``fact_keys``).
+    facts: float = FACT_KEYS
     # A question's word weighs less as it spreads over the conversation (``locality``).
     spread: bool = True
 
@@ -336,6 +340,8 @@ def _fused(
             for first, last in query.spans:
                 near |= (days >= first) & (days <= last)
             scores += weights.date_boost * near
+        if source.fact_lifts is not None and weights.facts:
+            scores += weights.facts * source.fact_lifts
         for index in source.exclude:
             position = index - archive.first
             if 0 <= position < len(scores):
@@ -358,7 +364,7 @@ def _feedback_terms(
     for score, number, position in best:
         archive = sources[number].archive
         documents = len(archive.messages)
-        for term in _feedback_vocabulary(archive.messages[position].recall_text[:FEEDBACK_CHARS]):
+        for term in distinct_terms(archive.messages[position].recall_text[:FEEDBACK_CHARS]):
             if term in query.terms:
                 continue
             df = len(archive.postings[term][0]) if term in archive.postings else 1
@@ -369,15 +375,6 @@ def _feedback_terms(
     # the same in every process (the same context, which a prompt cache can reuse).
     chosen = heapq.nlargest(FEEDBACK_TERMS, weight.items(), key=lambda item: (item[1], item[0]))
     return {term: 1.0 for term, _ in chosen}
-
-
-# Kept for the process, not per app: a pure function of a text, which the best hits
-# repeat from turn to turn (a message's text is one string object while it is held, and
-# so hashed once). A chat message's, not a pasted document's: bounded to ~30 MB.
-@memo_when_short(limit=1024, maxsize=2048)
-def _feedback_vocabulary(text: str) -> frozenset[str]:
-    """The distinct terms of a text, as the second pass reads them."""
-    return frozenset(stems(words(text)))
 
 
 def _best(source: int, first: int, scores: npt.NDArray[np.float64], limit: int) -> list[Hit]:

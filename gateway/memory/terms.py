@@ -11,7 +11,7 @@ import re
 
 import Stemmer
 
-from gateway.caching import memo
+from gateway.caching import memo, memo_when_short
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*")
 # Words too common to tell messages apart; numbers and names are what recall is for.
@@ -60,3 +60,13 @@ def stems(tokens: list[str]) -> list[str]:
 def terms(text: str) -> tuple[str, ...]:
     """The indexed terms of a text, in order."""
     return tuple(stems(words(text)))
+
+
+# Kept for the process, not per app: a pure function of a text, which recall reads again
+# from turn to turn (the best hits' for the second pass, a fact's and the messages it
+# was read from: ``fact_keys``; a message's text is one string object while it is held,
+# and so hashed once). A chat message's, not a pasted document's: bounded to ~30 MB.
+@memo_when_short(limit=1024, maxsize=4096)
+def distinct_terms(text: str) -> frozenset[str]:
+    """The distinct indexed terms of a text."""
+    return frozenset(terms(text))

@@ -12,6 +12,7 @@ from gateway.errors import EmbeddingsUnavailable
 from gateway.memory import recall, rerank
 from gateway.memory.archive import Archive, day_of
 from gateway.memory.assemble import Recalled, window_units
+from gateway.memory.fact_keys import fact_lifts
 from gateway.memory.model import Message, Tiers
 from gateway.memory.reconcile import Reconciled
 from gateway.presets import Composition, EmbeddingsConfig, EncoderConfig, RecallTier
@@ -111,6 +112,9 @@ class Recall:
             embed=self.vectors.query if self.vectors is not None else None,
             today=_today(plan, searched),
         )
+        if tier.fact_keys:  # (the session's own facts: of its own archive)
+            lifts = fact_lifts(archive, tiers.facts, built.terms)
+            sources[0] = recall.Source(archive, sources[0].exclude, lifts)
         weights = recall.Weights(
             semantic=tier.semantic_weight if self.vectors is not None else 0.0,
             neighbour=tier.neighbour_weight,

@@ -232,3 +232,33 @@ def test_embeddings_rerank_lexical_candidates_by_meaning(
     import_all(semantic, messages)  # the flush runs the embedding jobs
     assert semantic.context(question)["receipt"]["recalled"] == ["9"]  # car ~ automobile
     assert any(r.path == "/v1/embeddings" for r in fake_upstream.requests)
+
+
+def test_a_models_fact_leads_recall_to_the_message_it_was_read_from(
+    make_gateway: GatewayFactory, api_key: str, session_id: str
+) -> None:
+    """The fact (as a model would write it: here, the summarizer's fact corrected through
+    the memory API) names the sport; the message it was read from does not."""
+    planted = {5: "My match went well today, we won 2-1 and I scored twice."}
+    question = "What sport does Kevin play?"
+    recalled = {}
+    for fact_keys in (True, False):
+        tiers = {
+            "window": {"messages": 4, "keep_last": 2},
+            "facts": {"extract_every": 2},
+            "recall": {"hits": 1, "min_score": 0.1, "semantic": False, "fact_keys": fact_keys},
+            "priority": ["window_keep", "facts", "recall", "window"],
+        }
+        gateway = make_gateway(memory={"tiers": tiers})
+        memory = Memory(gateway, api_key, f"{session_id}-{fact_keys}")
+        import_all(memory, conversation(30, planted))
+        facts = memory.http.get(memory.base + "/facts").json()["facts"]
+        read = next(f for f in facts if "scored twice" in f["text"])
+        assert read["range"]["start"] <= 5 <= read["range"]["end"]
+        written = "Kevin plays football; his match went well, they won 2-1."
+        response = memory.http.patch(f"{memory.base}/facts/{read['id']}", json={"text": written})
+        assert response.status_code == 200, response.text
+        recalled[fact_keys] = memory.context(question)["receipt"]["recalled"]
+        memory.http.close()
+        gateway.stop()  # (gateways sharing a Redis must share one configuration)
+    assert recalled == {True: ["5"], False: []}

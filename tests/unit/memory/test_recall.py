@@ -280,7 +280,7 @@ def test_feedback_terms_of_equal_weight_are_chosen_the_same_in_every_process(
     query = Query({"passport": 1.0})
     chosen = []
     for order in (sorted, lambda terms: sorted(terms, reverse=True)):
-        monkeypatch.setattr(recall, "_feedback_vocabulary", lambda text, o=order: o(terms(text)))
+        monkeypatch.setattr(recall, "distinct_terms", lambda text, o=order: o(terms(text)))
         chosen.append(recall._feedback_terms([Source(archive)], fused, query))
     assert len(chosen[0]) == recall.FEEDBACK_TERMS  # 30 terms of equal weight, 10 chosen
     assert chosen[0] == chosen[1]
