@@ -13,6 +13,7 @@ import pytest
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread, running_redis
 from devsupport.stored import roles_and_text, stored_log
+from tests.integration.test_messages_attacks import PNG_1PX
 from tests.support.clients import sdk
 from tests.support.fixtures import GatewayFactory
 
@@ -151,6 +152,35 @@ def test_streamed_events_are_relayed_as_they_arrive(
         rest = "".join(stream.text_stream)
     assert first + rest == "ack: a slow one"
     assert fake_upstream.anthropic.completed_streams == done + 1
+
+
+def test_an_image_is_remembered_and_sent_again_as_anthropics_image_block(
+    gateway: ServerThread,
+    fake_upstream: FakeUpstream,
+    redis_server: RedisProcess,
+    api_key: str,
+    session_id: str,
+) -> None:
+    client = claude(gateway, api_key, session_id)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": PNG_1PX}}  # fmt: skip
+    shown = [image, {"type": "text", "text": "my cat is Tom"}]
+    client.messages.create(
+        model="claude-fake", max_tokens=50, messages=[{"role": "user", "content": shown}]
+    )
+    answer = client.messages.create(
+        model="claude-fake",
+        max_tokens=50,
+        messages=[{"role": "user", "content": "What is my cat?"}],
+    )
+    assert said(answer) == "Your cat is Tom."
+    # From memory, the image goes again as the block the client sent (the fake upstream
+    # refuses any other shape), before its text.
+    remembered = forwarded(fake_upstream)["messages"][0]["content"]
+    assert remembered[0] == image and remembered[-1]["text"].endswith("my cat is Tom")
+    # Stored as a reference to the image's bytes, not the bytes in the log.
+    (first, *_) = stored_log(redis_server, api_key, session_id)
+    assert PNG_1PX not in str(first) and "my cat is Tom" in str(first)
 
 
 def test_an_upstream_error_mid_stream_is_relayed_and_nothing_is_stored(
