@@ -158,6 +158,10 @@ class Archive:
         # by index, and the bytes they hold (in ``nbytes``).
         self._lines: dict[tuple[str | None, bool, Count], dict[int, Item]] = {}
         self._line_bytes = 0
+        # What a fact's messages hold of its terms (``fact_keys``), by the fact's terms
+        # and its messages' indexes: a function of those messages alone, made once while
+        # they are held (at most ``_MOST_HELD`` entries, then made again).
+        self.held_of_facts: dict[tuple[tuple[str, ...], int, int], tuple[int, ...]] = {}
         self.nbytes = 0
 
     @property
@@ -252,6 +256,7 @@ class Archive:
         if keep >= len(self.messages):
             return
         self._forget_lines()  # (their messages' lines, under the indexes others take)
+        self.held_of_facts.clear()
         dropped = self.messages[keep:]
         for message in dropped:
             self.nbytes -= len(message.text) + _PER_MESSAGE_BYTES + _VECTOR_BYTES

@@ -43,7 +43,7 @@ import heapq
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -119,7 +119,7 @@ class Source:
 
     archive: Archive
     exclude: frozenset[int] = frozenset()
-    fact_lifts: npt.NDArray[np.float64] | None = None
+    fact_lifts: npt.NDArray[np.float64] | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

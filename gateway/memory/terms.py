@@ -63,10 +63,10 @@ def terms(text: str) -> tuple[str, ...]:
 
 
 # Kept for the process, not per app: a pure function of a text, which recall reads again
-# from turn to turn (the best hits' for the second pass, a fact's and the messages it
-# was read from: ``fact_keys``; a message's text is one string object while it is held,
-# and so hashed once). A chat message's, not a pasted document's: bounded to ~30 MB.
-@memo_when_short(limit=1024, maxsize=4096)
+# from turn to turn (the best hits' for the second pass, a session's facts: ``fact_keys``;
+# a text is one string object while it is held, and so hashed once). A chat message's or
+# a fact's, not a pasted document's: at most 2,048 texts of 1,024 characters, ~35 MB.
+@memo_when_short(limit=1024, maxsize=2048)
 def distinct_terms(text: str) -> frozenset[str]:
     """The distinct indexed terms of a text."""
     return frozenset(terms(text))

@@ -113,7 +113,7 @@ class Recall:
             today=_today(plan, searched),
         )
         if tier.fact_keys:  # (the session's own facts: of its own archive)
-            lifts = fact_lifts(archive, tiers.facts, built.terms)
+            lifts = fact_lifts(archive, tiers.facts, built.terms, sources[0].exclude)
             sources[0] = recall.Source(archive, sources[0].exclude, lifts)
         weights = recall.Weights(
             semantic=tier.semantic_weight if self.vectors is not None else 0.0,
