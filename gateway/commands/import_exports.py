@@ -152,7 +152,7 @@ class _Run:
     other: list[tuple[Conversation, int]] = field(default_factory=list)  # other messages
     # Imported for another user of the tenant (a session id is the conversation's: one
     # export imports for one user).
-    others: list[tuple[Conversation, str]] = field(default_factory=list)
+    of_other_users: list[tuple[Conversation, str]] = field(default_factory=list)
     current: Conversation | None = None
     at: Sending | None = None
 
@@ -183,7 +183,7 @@ def run_export_import(
                 run.current, run.at = conversation, None
                 count, owner = client.held(conversation.session_id)
                 if count and owner is not None and owner != args.user:
-                    run.others.append((conversation, owner))
+                    run.of_other_users.append((conversation, owner))
                     progress.advance(overall)
                     continue
                 if mark is not None and mark.session == conversation.session_id:
@@ -291,7 +291,7 @@ def _refused(
 
 
 def _interrupted(run: _Run, importable: Sequence[Conversation], state: Path) -> str:
-    done = len(run.imported) + len(run.present) + len(run.other) + len(run.others)
+    done = len(run.imported) + len(run.present) + len(run.other) + len(run.of_other_users)
     where = ""
     if run.current is not None and run.at is not None:
         total = len(run.current.messages)
@@ -325,7 +325,7 @@ def _report(
         )
     if run.present:
         out.print(f"skipped {plural(len(run.present), 'conversation')} imported before")
-    for conversation, owner in run.others:
+    for conversation, owner in run.of_other_users:
         err.print(
             f"note: {_named(conversation)} was imported for user {owner}, not "
             f"{args.user}: left as it is (a conversation's session is one user's; erase "

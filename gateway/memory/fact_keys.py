@@ -20,7 +20,6 @@ facts whose messages are all in front of the model already.
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -31,12 +30,9 @@ import numpy.typing as npt
 from gateway.caching import memo_when_short
 from gateway.memory.archive import Archive
 from gateway.memory.model import Fact
+from gateway.memory.recall import bm25_idf
 from gateway.memory.terms import distinct_terms
 
-# What a fact that matches the whole question adds to the scores of the messages it was
-# read from, on the fused score's scale (where a named date adds 0.2, and the best word
-# match anywhere counts 1 - the semantic weight: 0.4 by default).
-FACT_KEYS = 0.3
 # The best-matching facts that lift their messages: a long session's facts that share a
 # word or two with the question lift a few stretches, not a hundred.
 MOST_FACTS = 8
@@ -158,7 +154,7 @@ def _idf(archive: Archive) -> Callable[[str], float]:
         if found is None:
             entry = archive.postings.get(term)
             df = len(entry[0]) if entry is not None else 0
-            found = known[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            found = known[term] = bm25_idf(n, df)
         return found
 
     return idf

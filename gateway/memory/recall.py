@@ -51,7 +51,6 @@ import numpy.typing as npt
 
 from gateway.memory import locality, times, vectors
 from gateway.memory.archive import Archive
-from gateway.memory.fact_keys import FACT_KEYS
 from gateway.memory.model import Message
 from gateway.memory.terms import STOPWORDS, distinct_terms, stems, terms, words
 
@@ -94,6 +93,10 @@ FEEDBACK_TERMS = 10
 FEEDBACK_CHARS = 16 * 1024
 # A hit this short ("Yes, twice!") is no answer without the message it answers.
 SHORT_WORDS = 4
+# What a model's fact that matches the whole question adds to the scores of the messages
+# it was read from (``fact_keys``), on the fused score's scale (where a named date adds
+# DATE_BOOST, and the best word match anywhere counts 1 - the semantic weight).
+FACT_KEYS = 0.3
 
 Vector = npt.NDArray[np.float32]
 
@@ -198,6 +201,11 @@ _SAID = re.compile(r"[a-z']+")
 # --- Ranking -------------------------------------------------------------------------
 
 
+def bm25_idf(documents: int, df: int) -> float:
+    """BM25's idf of a term found in ``df`` of ``documents`` messages."""
+    return math.log(1 + (documents - df + 0.5) / (df + 0.5))
+
+
 def _spill(scores: npt.NDArray[Any], rate: float) -> npt.NDArray[Any]:
     """Each score plus ``rate`` times each neighbour's."""
     if rate == 0 or len(scores) < 2:
@@ -228,7 +236,7 @@ def _words_score(
     # Each term's weight times its idf, for each of its postings.
     dfs = [len(entry[0]) for _, entry in found]
     idfs = np.array([
-        weight * math.log(1 + (n - df + 0.5) / (df + 0.5))
+        weight * bm25_idf(n, df)
         for (weight, _), df in zip(found, dfs, strict=True)
     ])  # fmt: skip
     positions = np.concatenate([np.frombuffer(entry[0], dtype=np.uint32) for _, entry in found])
@@ -368,7 +376,7 @@ def _feedback_terms(
             if term in query.terms:
                 continue
             df = len(archive.postings[term][0]) if term in archive.postings else 1
-            idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
+            idf = bm25_idf(documents, df)
             weight[term] = weight.get(term, 0.0) + score * idf
     # Of equal weights, the term last in alphabetical order, not the first met: a hit's
     # terms are a set, whose order changes from process to process, and a turn recalls
