@@ -76,7 +76,10 @@ class AnthropicEdge:
         if headers is None:
             await _refuse_two_keys(send)
             return
-        await self.app({**scope, "headers": headers}, receive, _Envelope(send))
+        # The request's own scope, its headers replaced (not a copy): the route the router
+        # records in it names the request in the metrics and the access log outside.
+        scope["headers"] = headers
+        await self.app(scope, receive, _Envelope(send))
 
 
 class _Envelope:

@@ -66,8 +66,12 @@ def test_the_stable_part_is_read_from_the_cache_turn_after_turn(
     usages = replay(gateway.url, api_key, session_id)
     # What Anthropic read from its cache is counted as the upstream's cached tokens.
     read = sum(u["cache_read_input_tokens"] or 0 for u in usages)
-    cached = moved(before, scrape(gateway.url), "memory_gateway_upstream_cached_tokens_total")
-    assert cached == read
+    after = scrape(gateway.url)
+    assert moved(before, after, "memory_gateway_upstream_cached_tokens_total") == read
+    # Counted under their own route, as chat's are under theirs (not "unmatched").
+    counted = moved(before, after, "memory_gateway_requests_total", route="/v1/messages",
+                    method="POST", status="200")  # fmt: skip
+    assert counted == len(QUESTIONS)
     bodies = [r.json() for r in fake_upstream.messages_requests()]
     assert all(
         sum("cache_control" in b for m in body["messages"] for b in m["content"]) <= 1
