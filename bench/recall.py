@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import re
@@ -52,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import realtalk  # noqa: E402
+from bench import compare, realtalk  # noqa: E402
 from bench._harness import DIE_WITH_PARENT, commit, free_port, stop, wait_healthy  # noqa: E402
 from bench.conversations import (  # noqa: E402
     BUCKETS,
@@ -865,7 +866,13 @@ def run_realtalk_preset(
     with contextlib.ExitStack() as stack:
         own = tempfile.TemporaryDirectory(prefix=f"recall-{preset}-")
         workdir = shared or Path(stack.enter_context(own))
+        workdir.mkdir(parents=True, exist_ok=True)
         imported = workdir / "imported"
+        what = _what_is_imported(conversations, args)
+        if imported.exists() and imported.read_text() != what:
+            # (another set of conversations, or imported otherwise: begin again)
+            shutil.rmtree(workdir)
+            workdir.mkdir(parents=True)
         for n, budget in enumerate(args.budgets):
             with (
                 gateway(
@@ -875,7 +882,9 @@ def run_realtalk_preset(
             ):
                 if n == 0 and not imported.exists():
                     _import_realtalk(client, conversations, args, row)
-                    imported.touch()
+                    imported.write_text(what)
+                elif n == 0:
+                    log(f"{name}: the conversations as imported in {workdir}")
                 for number, conversation in enumerate(conversations, 1):
                     ask = functools.partial(_ask_gateway, client, args.model, conversation.id)
                     questions = conversation.scored
@@ -888,6 +897,31 @@ def run_realtalk_preset(
                     log(f"{name} @ {budget}: {conversation.id} asked {done}")
     _finish(name, row, relay, started)
     return row
+
+
+def _what_is_imported(
+    conversations: Sequence[realtalk.RealConversation], args: argparse.Namespace
+) -> str:
+    """What a directory's import holds, as its ``imported`` file says: a later run with
+    ``--workdir`` asks that import again only when it would import the same."""
+    digest = hashlib.sha256()
+    for conversation in conversations:
+        for message in conversation.messages:
+            digest.update(json.dumps(message.to_import()).encode())
+    ids = ",".join(c.id for c in conversations)
+    flags = f"timestamps={not args.no_timestamps} batch={args.batch}"
+    return f"{ids}\n{flags} sha256={digest.hexdigest()}\n"
+
+
+def _import_dir(
+    args: argparse.Namespace, preset: str, encoder: Encoder | None, shared: Path
+) -> Path | None:
+    """Where a row's conversations are imported: with ``--workdir``, a directory of it
+    per preset (and one for its encoder rows), kept for the next run; else the encoder
+    rows' ``shared`` one, or (None) the row's own, deleted after it."""
+    if args.workdir is not None:
+        return args.workdir / (preset if encoder is None else f"{preset}-encoder")
+    return shared if encoder is not None else None
 
 
 def _import_realtalk(
@@ -1096,7 +1130,7 @@ def main_realtalk(args: argparse.Namespace) -> int:
                             args,
                             relay,
                             encoder,
-                            Path(shared) if encoder else None,
+                            _import_dir(args, preset, encoder, Path(shared)),
                         )
                         for encoder in args.encoder
                     ]
@@ -1110,19 +1144,24 @@ def main_realtalk(args: argparse.Namespace) -> int:
     measured = commit()
     print(f"commit {measured}")
     print(format_realtalk_table(summaries, args.budgets))
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings["encoder"] = [e.label if e else "off" for e in args.encoder]
+    report = {
+        "commit": measured,
+        "settings": settings,
+        "dataset": [realtalk.describe(c) for c in conversations],
+        "rows": [
+            {**s, "results": [asdict(r) for r in row.results]}
+            for s, row in zip(summaries, rows, strict=True)
+        ],
+    }
     if args.json:
-        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-        settings["encoder"] = [e.label if e else "off" for e in args.encoder]
-        report = {
-            "commit": measured,
-            "settings": settings,
-            "dataset": [realtalk.describe(c) for c in conversations],
-            "rows": [
-                {**s, "results": [asdict(r) for r in row.results]}
-                for s, row in zip(summaries, rows, strict=True)
-            ],
-        }
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    if args.compare is not None:
+        before = json.loads(args.compare.read_text())
+        print()
+        print(f"against {args.compare} (commit {before.get('commit', 'unknown')}):")
+        print(compare.format_changes(compare.compare(before, report)))
     return 0
 
 
@@ -1196,6 +1235,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=64, help="answer length")
     parser.add_argument("--json", type=Path, help="write every number here")
     parser.add_argument(
+        "--compare",
+        type=Path,
+        help="realtalk: an earlier --json report; print, question by question, what "
+        "changed against it (bench/compare.py)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="realtalk: import each preset's conversations into a directory here and keep "
+        "it; a later run with the same conversations asks that import again (skipping "
+        "minutes of import: with --encoder, every message's encoding). Only for a change "
+        "to how recall ranks or fills: a change to what is recorded needs a new import",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: 1 conversation of 120 (realtalk: its first conversation only)",
@@ -1216,6 +1269,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--budgets: comma-separated numbers of tokens")
     if not args.budgets or min(args.budgets) <= 0:
         parser.error("--budgets: comma-separated positive numbers of tokens")
+    if args.dataset != "realtalk" and (args.compare or args.workdir):
+        parser.error("--compare and --workdir: realtalk only")
+    if args.compare is not None and not args.compare.is_file():
+        parser.error(f"--compare: no report at {args.compare}")
     if args.probe_threads < 1:
         parser.error("--probe-threads: at least 1")
     args.depths = [float(d) for d in args.depths.split(",")]

@@ -126,7 +126,7 @@ class RecallTier(_Section):
 
     hits: int | None = Field(default=None, gt=0)  # optional cap: messages recalled at most
     share: float | None = Field(default=None, gt=0, le=1)  # optional cap: of budget_tokens
-    min_score: float = Field(default=0.0, ge=0)  # optional floor on the fused score (0-1.2)
+    min_score: float = Field(default=0.0, ge=0)  # optional floor on the fused score (0 to ~2)
     # Of budget_tokens, what the summaries, facts and profile ahead of recall in the
     # priority leave for it: model-made summaries and facts are a chunk's gist, recall the
     # words a question asks for, and at a small budget the first would take it all.

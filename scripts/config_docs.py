@@ -277,7 +277,10 @@ MEANINGS: dict[str, dict[str, str]] = {
     "RecallTier": {
         "hits": "optional cap on messages recalled",
         "share": "optional cap, a share of `budget_tokens`",
-        "min_score": "floor on the fused score (0 to 1.2); 0 fills the budget",
+        "min_score": (
+            "floor on the fused score (0 to about 2; the best hit of a REALTALK question "
+            "scores 0.5 to 1.3); 0 fills the budget"
+        ),
         "reserve": "share of `budget_tokens` the summaries, facts and profile placed ahead "
         "of recall must leave for it",
         "semantic": "fuse word meaning (in-process static vectors) with the words; "
