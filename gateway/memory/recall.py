@@ -13,13 +13,13 @@ Every message of the archive is scored for the query by two signals, fused:
 A message's score spills onto its neighbours (``NEIGHBOUR``): the question a hit answered
 and the answer it got rank just behind it, so they come along when they are worth their
 tokens. A time the question names lifts the messages of its days (``times``): a date
-written out ("on 29 Dec 2023"), or one said relative to the conversation's present
-("yesterday", "last week", "in May"). Once the words of the best hits have searched again
-(feedback), each hit lifts the messages around it, less the further they are
-(``AROUND``): people talk about one thing for a while, and the evidence often lies a few
-messages from the one that shares the question's words. Nothing is dropped by a
-threshold: the caller takes hits best first until its token budget is used
-(``assemble``).
+written out ("on 29 Dec 2023"), the days on one side of it ("before 7 Jan 2024"), or a
+time said relative to the conversation's present ("yesterday", "last week", "in May").
+Once the words of the best hits have searched again (feedback), each hit lifts the
+messages around it, less the further they are (``AROUND``): people talk about one thing
+for a while, and the evidence often lies a few messages from the one that shares the
+question's words. Nothing is dropped by a threshold: the caller takes hits best first
+until its token budget is used (``assemble``).
 
 The constants were chosen on the REALTALK conversations (``bench/recall.py --dataset
 realtalk``), where each of them helped at both budgets measured, none lowering a category

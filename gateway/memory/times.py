@@ -55,15 +55,52 @@ _DATES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], tuple[int, int, in
 
 def named_days(text: str) -> frozenset[int]:
     """The calendar days a text writes out as dates."""
-    lower = text.lower()
-    found = set()
+    return frozenset(day for _, day in _written(text.lower()))
+
+
+def _written(lower: str) -> list[tuple[int, int]]:
+    """Each date written out in a lowercase text: where it starts, and its day."""
+    found = []
     for pattern, parts in _DATES:
         for match in pattern.finditer(lower):
             try:
-                found.add(datetime.date(*parts(match)).toordinal())
+                found.append((match.start(), datetime.date(*parts(match)).toordinal()))
             except ValueError:
                 continue  # "31.02.2024", "13/25/2024"
-    return frozenset(found)
+    return sorted(found)
+
+
+# A written date after a word that points to one side of it names the days on that side:
+# "before 7 Jan 2024" the week before it, "after 03.01.2024" the week after, "since 29 Dec
+# 2023" up to the present, each with the date itself (people say "before" of the day they
+# mean as well); "the day before" it, the one day. A week: what "shortly before" means,
+# the commonest case; the boost is a preference, not a filter, so evidence further back is
+# still found by its words.
+SIDE_DAYS = 7
+_SIDE = re.compile(
+    r"\b(?:the\s+day\s+(?P<day_before>before)|the\s+day\s+(?P<day_after>after)"
+    r"|(?P<weekday>monday|tuesday|wednesday|thursday|friday|saturday|sunday)\s+before"
+    r"|(?P<before>before|by|until|till|up\s+to)|(?P<after>after)|(?P<since>since))"
+    r"\s+(?:the\s+)?$"
+)
+
+
+def _sided(lower: str, start: int, day: int, today: int) -> Span:
+    """The span a date written at ``start`` names, read with the words before it."""
+    side = _SIDE.search(lower[max(0, start - 24) : start])
+    if side is None:
+        return day, day + 1
+    if side["day_before"] or side["day_after"]:  # "the day before 7 Jan": the 6th
+        one = day - 1 if side["day_before"] else day + 1
+        return one, one + 1
+    if side["weekday"]:  # "on Friday before 10.01.2024": the latest Friday before it
+        back = (datetime.date.fromordinal(day).weekday() - _WEEKDAYS.index(side["weekday"])) % 7
+        return day - (back or 7), day - (back or 7) + 1
+    if side["before"]:
+        return day - SIDE_DAYS, day
+    if side["after"]:
+        return day, day + SIDE_DAYS
+    return day, max(today, day + 1) if today > 0 else day + SIDE_DAYS  # since
 
 
 # --- Times relative to the present, and named ones ---------------------------------------
@@ -127,15 +164,16 @@ def _readers() -> tuple[Callable[[str, datetime.date], list[Span]], ...]:
 
 def named_spans(text: str, today: int) -> tuple[Span, ...]:
     """The spans of days a text names, each with the day after (people answer after
-    midnight, and tell of a day the next): its written-out dates; without any, the
+    midnight, and tell of a day the next): its written-out dates, or the days on one side
+    of one ("before 7 Jan 2024", ``_sided``); without any, the
     times it says relative to ``today`` or by their name, which end on ``today`` at the
     latest (none without a known present: ``today`` 0). At most ``MOST_SPANS``, in the
     order found, each once."""
-    found = [(day, day + 1) for day in sorted(named_days(text))]
+    lower = text.lower()
+    found = [_sided(lower, start, day, today) for start, day in _written(lower)]
     # A question that writes out a date reads its other times from it ("on Friday before
-    # 10.01.2024"), not from the present: those are left to its words.
+    # 10.01.2024", ``_sided``), not from the present.
     if today > 0 and not found:
-        lower = text.lower()
         date = datetime.date.fromordinal(today)
         for read in _readers():
             try:

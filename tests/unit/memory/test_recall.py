@@ -194,6 +194,28 @@ def test_a_named_date_lifts_that_day_and_the_next() -> None:
     assert [h.index for h in hits] == [3, 2]
 
 
+@pytest.mark.parametrize(
+    ("asked", "lifted"),
+    [
+        ("What did I cook shortly before 7 Jan 2024?", {2, 3}),  # the week before, the 7th
+        ("What did I cook after 7 Jan 2024?", {3, 4}),  # the 7th, the week after
+        ("What did I cook on 7 Jan 2024?", {3}),  # the day, and the next
+        ("What did I cook the day before 13 Jan 2024?", {4}),  # the 12th, and the next
+    ],
+)
+def test_a_word_before_a_named_date_lifts_the_days_on_its_side(asked: str, lifted: set[int]):
+    archive = Archive("g")
+    said = ["2023-12-20T19", "2024-01-04T19", "2024-01-07T19", "2024-01-12T09", "2024-01-25T19"]
+    archive.extend(
+        [Message("user", "I cooked a stew", index=i + 1, ts=day(t)) for i, t in enumerate(said)],
+        [None] * 5,
+    )
+    weights = Weights(semantic=0.0, neighbour=0.0, feedback=0.0, around=0.0)
+    hits = rank([Source(archive)], build_query(asked), limit=5, weights=weights)
+    unlifted = min(h.score for h in hits)
+    assert {h.index for h in hits if h.score > unlifted} == lifted
+
+
 def test_a_time_said_relative_to_the_conversations_present_lifts_its_days() -> None:
     archive = Archive("g")
     said = [

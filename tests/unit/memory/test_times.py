@@ -137,8 +137,40 @@ def test_relative_times_need_a_present() -> None:
 
 
 def test_a_written_date_anchors_the_question_not_the_present() -> None:
-    # "Friday" is the one before the 10th, not the one before today: left to the words.
-    assert spans("What did she bake on Friday before 10.01.2024?") == [("2024-01-10", "2024-01-11")]
+    # "Friday" is the one before Wednesday the 10th, not the one before today.
+    assert spans("What did she bake on Friday before 10.01.2024?") == [("2024-01-05", "2024-01-06")]
+    assert spans("What did she bake on Wednesday before 10.01.2024?") == [
+        ("2024-01-03", "2024-01-04")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The week before it, and the day itself.
+        ("What show was Kate watching shortly before 7 Jan 2024?", ("2023-12-31", "2024-01-07")),
+        ("Did she take the test before December 23rd, 2023?", ("2023-12-16", "2023-12-23")),
+        ("What had he finished by 2024-01-10?", ("2024-01-03", "2024-01-10")),
+        ("until the 10th of January 2024", ("2024-01-03", "2024-01-10")),
+        # The week after it.
+        ("What did we do after 03.01.2024?", ("2024-01-03", "2024-01-10")),
+        # Up to the present.
+        ("What has changed since 29 Dec 2023?", ("2023-12-29", "2024-01-27")),
+        # One day on that side, and the next.
+        ("What happened on the day before 7 Jan 2024?", ("2024-01-06", "2024-01-07")),
+        ("and the day after 7 Jan 2024?", ("2024-01-08", "2024-01-09")),
+        # No side: the day, and the next.
+        ("What happened on 7 Jan 2024, and after?", ("2024-01-07", "2024-01-08")),
+    ],
+)
+def test_a_word_before_a_written_date_names_the_days_on_that_side(
+    text: str, expected: tuple[str, str]
+) -> None:
+    assert spans(text) == [expected]
+
+
+def test_since_a_date_without_a_present_reads_the_week_after_it() -> None:
+    assert spans("since 29 Dec 2023", today=0) == [("2023-12-29", "2024-01-05")]
 
 
 def test_several_times_are_read_each_once_and_at_most_a_few() -> None:
