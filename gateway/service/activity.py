@@ -66,14 +66,6 @@ class Activity:
                 self._idle.set()
         return self._idle, self._turn
 
-    @property
-    def busy(self) -> bool:
-        return self._busy > 0
-
-    def quiet_for(self) -> float:
-        """Seconds since a turn was last worked on (0 while one is)."""
-        return 0.0 if self._busy else self.clock() - self._since
-
     async def quiet(self, max_wait_s: float) -> bool:
         """Return once no turn has been worked on for ``QUIET_S`` (True), or after
         ``max_wait_s`` whatever the load (False); one caller at a time."""

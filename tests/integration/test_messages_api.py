@@ -13,9 +13,9 @@ import pytest
 from devsupport.fake_upstream import FakeUpstream
 from devsupport.servers import RedisProcess, ServerThread, running_redis
 from devsupport.stored import roles_and_text, stored_log
-from tests.integration.test_messages_attacks import PNG_1PX
 from tests.support.clients import sdk
 from tests.support.fixtures import GatewayFactory
+from tests.support.images import PNG_1PX
 
 WEATHER = {
     "name": "get_weather",

@@ -19,6 +19,7 @@ from devsupport.servers import RedisProcess, ServerThread
 from devsupport.stored import roles_and_text, stored_log
 from tests.support.anthropic_events import CALL, START, STOP, delta, event, piece, text_block
 from tests.support.fixtures import GatewayFactory
+from tests.support.images import PNG_1PX
 
 # What Anthropic's API takes as a tool_use id (it refuses others with a 400).
 TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
@@ -422,9 +423,6 @@ def test_a_chat_custom_tool_call_goes_to_anthropic_with_its_name(
     uses = [b for m in forwarded(fake_upstream)["messages"] for b in m["content"]
             if b["type"] == "tool_use"]  # fmt: skip
     assert uses == [{"type": "tool_use", "id": "call_1", "name": "run", "input": {"input": "ls"}}]
-
-
-PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgAAACAAFUok9dAAAAAElFTkSuQmCC"
 
 
 def test_the_newest_message_reaches_the_model_as_the_client_sent_it(

@@ -24,6 +24,7 @@ from devsupport.stored import roles_and_text, stored_log
 from gateway.config import STATELESS_PATHS
 from tests.support.clients import LONG, Memory, say, sdk
 from tests.support.fixtures import GatewayFactory
+from tests.support.images import PNG_1PX
 
 WEATHER_TOOL = {
     "type": "function",
@@ -523,12 +524,6 @@ def test_with_gateway_keys_responses_follow_the_allowlist(
     answered = httpx.post(opened.url + "/v1/responses", json=body, headers=headers)
     assert answered.status_code == 200, answered.text
     assert answered.headers["x-memory-status"] == "ok"
-
-
-PNG_1PX = (  # one pixel
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAC"
-    "hwGA60e6kgAAAABJRU5ErkJggg=="
-)
 
 
 def test_an_input_image_is_remembered_and_sent_back_as_an_input_image(

@@ -30,6 +30,7 @@ from gateway.store.keys import TENANT_SECRET_KEY, SessionKeys
 from tests.support.clients import Memory, register_content
 from tests.support.clock import SteppedClock
 from tests.support.fixtures import GatewayFactory
+from tests.support.images import PNG_1PX
 
 STABLE = {"preset": "hybrid-recall", "stable_layout": True}
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -347,11 +348,6 @@ def test_both_injected_messages_take_the_memory_role(
 
 
 # --- 5. Images -------------------------------------------------------------------------
-
-PNG_1PX = (  # one pixel
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAC"
-    "hwGA60e6kgAAAABJRU5ErkJggg=="
-)
 
 
 def test_an_image_in_the_window_is_sent_while_there_and_its_prefix_reused(

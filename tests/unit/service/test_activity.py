@@ -17,11 +17,9 @@ async def test_a_job_starts_only_a_quiet_stretch_after_the_last_turn() -> None:
         waiting = asyncio.ensure_future(activity.quiet(5.0))
         await asyncio.sleep(0.05)  # the turn's work, however long it takes
         assert not waiting.done()
-        assert activity.busy and activity.quiet_for() == 0.0
     ended = loop.time()
     assert await waiting is True
     assert loop.time() - ended >= QUIET_S * 0.99
-    assert not activity.busy
 
 
 async def test_a_turn_that_starts_during_the_stretch_postpones_the_job() -> None:
