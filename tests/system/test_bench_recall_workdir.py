@@ -7,13 +7,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support.tiny_realtalk import write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPORTED = "hybrid-recall: Chat_1_Ann_Bob imported (1/1)"
 REUSED = "hybrid-recall: the conversations as imported in"
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """Short: the embedded Redis's unix socket lies in it, and a socket's path has at most
+    ~100 characters (pytest's ``tmp_path`` under xdist comes close)."""
+    with tempfile.TemporaryDirectory(prefix="rw-") as short:
+        yield Path(short) / "work"
 
 
 def recall_bench(data: Path, workdir: Path, *more: str) -> subprocess.CompletedProcess[str]:
@@ -30,9 +42,9 @@ def shares(report: Path) -> dict[tuple[str, int], float]:
 
 
 def test_a_kept_import_is_asked_again_compared_and_made_again_when_the_data_changes(
-    tmp_path: Path,
+    tmp_path: Path, workdir: Path
 ) -> None:
-    data, workdir = write_dataset(tmp_path / "data"), tmp_path / "work"
+    data = write_dataset(tmp_path / "data")
     first, second = tmp_path / "first.json", tmp_path / "second.json"
 
     run = recall_bench(data, workdir, "--json", str(first))
