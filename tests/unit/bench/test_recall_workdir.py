@@ -1,0 +1,33 @@
+"""bench/recall.py --workdir: an import is kept for the next run only while the run would
+import the same (the end-to-end run: tests/system/test_bench_recall_workdir.py)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from bench import realtalk, recall
+from tests.support.tiny_realtalk import write_dataset
+
+CHAT = "Chat_1_Ann_Bob.json"
+
+
+def test_an_import_is_asked_again_only_of_the_same_conversations_imported_alike(
+    tmp_path: Path,
+) -> None:
+    conversation = realtalk.load_conversation(write_dataset(tmp_path / "data") / CHAT)
+    args = argparse.Namespace(no_timestamps=False, batch=500)
+    same = recall._what_is_imported([conversation], args)
+
+    assert recall._what_is_imported([conversation], args) == same
+    for other in (argparse.Namespace(no_timestamps=True, batch=500),
+                  argparse.Namespace(no_timestamps=False, batch=40)):  # fmt: skip
+        assert recall._what_is_imported([conversation], other) != same
+    message = conversation.messages[0]
+    edited = dataclasses.replace(
+        conversation,
+        messages=(dataclasses.replace(message, text=message.text + "!"),
+                  *conversation.messages[1:]),
+    )  # fmt: skip
+    assert recall._what_is_imported([edited], args) != same
