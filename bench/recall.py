@@ -868,7 +868,7 @@ def run_realtalk_preset(
         workdir = shared or Path(stack.enter_context(own))
         workdir.mkdir(parents=True, exist_ok=True)
         imported = workdir / "imported"
-        what = _what_is_imported(conversations, args)
+        what = what_is_imported(conversations, args)
         if imported.exists() and imported.read_text() != what:
             # (another set of conversations, or imported otherwise: begin again)
             shutil.rmtree(workdir)
@@ -899,7 +899,7 @@ def run_realtalk_preset(
     return row
 
 
-def _what_is_imported(
+def what_is_imported(
     conversations: Sequence[realtalk.RealConversation], args: argparse.Namespace
 ) -> str:
     """What a directory's import holds, as its ``imported`` file says: a later run with

@@ -18,16 +18,16 @@ def test_an_import_is_asked_again_only_of_the_same_conversations_imported_alike(
 ) -> None:
     conversation = realtalk.load_conversation(write_dataset(tmp_path / "data") / CHAT)
     args = argparse.Namespace(no_timestamps=False, batch=500)
-    same = recall._what_is_imported([conversation], args)
+    same = recall.what_is_imported([conversation], args)
 
-    assert recall._what_is_imported([conversation], args) == same
+    assert recall.what_is_imported([conversation], args) == same
     for other in (argparse.Namespace(no_timestamps=True, batch=500),
                   argparse.Namespace(no_timestamps=False, batch=40)):  # fmt: skip
-        assert recall._what_is_imported([conversation], other) != same
+        assert recall.what_is_imported([conversation], other) != same
     message = conversation.messages[0]
     edited = dataclasses.replace(
         conversation,
         messages=(dataclasses.replace(message, text=message.text + "!"),
                   *conversation.messages[1:]),
     )  # fmt: skip
-    assert recall._what_is_imported([edited], args) != same
+    assert recall.what_is_imported([edited], args) != same
