@@ -62,16 +62,22 @@ def sign_test(better: int, worse: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def shares(report: Mapping[str, Any]) -> dict[tuple[str, int], dict[Key, tuple[str, float]]]:
-    """Each (row, budget)'s questions: their category and evidence share."""
+def shares(report: Any) -> dict[tuple[str, int], dict[Key, tuple[str, float]]]:
+    """Each (row, budget)'s questions: their category and evidence share. Raises
+    ValueError for what is not a ``--dataset realtalk`` report."""
+    if not isinstance(report, dict) or report.get("settings", {}).get("dataset") != "realtalk":
+        raise ValueError("not a bench/recall.py --dataset realtalk --json report")
     found: dict[tuple[str, int], dict[Key, tuple[str, float]]] = defaultdict(dict)
-    for row in report.get("rows", ()):
-        for result in row.get("results", ()):
-            key = (result["conversation"], int(result["number"]))
-            found[(row["name"], int(result["budget"]))][key] = (
-                result["category"],
-                float(result["share"]),
-            )
+    try:
+        for row in report.get("rows", ()):
+            for result in row.get("results", ()):
+                key = (result["conversation"], int(result["number"]))
+                found[(row["name"], int(result["budget"]))][key] = (
+                    result["category"],
+                    float(result["share"]),
+                )
+    except (AttributeError, KeyError, TypeError) as error:
+        raise ValueError(f"a REALTALK report without its questions' results ({error!r})") from error
     return dict(found)
 
 
@@ -157,10 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         before, after = (json.loads(path.read_text()) for path in (args.before, args.after))
+        changes = compare(before, after)
     except (OSError, ValueError) as error:
         print(f"compare: {error}", file=sys.stderr)
         return 2
-    print(format_changes(compare(before, after)))
+    print(format_changes(changes))
     return 0
 
 

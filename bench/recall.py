@@ -869,10 +869,15 @@ def run_realtalk_preset(
         workdir.mkdir(parents=True, exist_ok=True)
         imported = workdir / "imported"
         what = what_is_imported(conversations, args)
-        if imported.exists() and imported.read_text() != what:
-            # (another set of conversations, or imported otherwise: begin again)
-            shutil.rmtree(workdir)
-            workdir.mkdir(parents=True)
+        if not imported.exists() or imported.read_text() != what:
+            # Another import, or one cut short (no marker: its sessions half there, which
+            # a new import would double): begin again, with what this bench made only.
+            for name in _IMPORT_FILES:
+                made = workdir / name
+                if made.is_dir():
+                    shutil.rmtree(made)
+                else:
+                    made.unlink(missing_ok=True)
         for n, budget in enumerate(args.budgets):
             with (
                 gateway(
@@ -899,6 +904,10 @@ def run_realtalk_preset(
     return row
 
 
+# What an import directory holds (``gateway``'s Redis data, config and log; the marker).
+_IMPORT_FILES = ("imported", "redis", "gateway.yaml", "gateway.log")
+
+
 def what_is_imported(
     conversations: Sequence[realtalk.RealConversation], args: argparse.Namespace
 ) -> str:
@@ -909,7 +918,9 @@ def what_is_imported(
         for message in conversation.messages:
             digest.update(json.dumps(message.to_import()).encode())
     ids = ",".join(c.id for c in conversations)
-    flags = f"timestamps={not args.no_timestamps} batch={args.batch}"
+    # (The summaries are made while importing: by the model asked, or model-free.)
+    summarizer = f"summarizer={args.summarizer_url or 'none'}:{args.summarizer_model}"
+    flags = f"timestamps={not args.no_timestamps} batch={args.batch} {summarizer}"
     return f"{ids}\n{flags} sha256={digest.hexdigest()}\n"
 
 
@@ -1271,8 +1282,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--budgets: comma-separated positive numbers of tokens")
     if args.dataset != "realtalk" and (args.compare or args.workdir):
         parser.error("--compare and --workdir: realtalk only")
-    if args.compare is not None and not args.compare.is_file():
-        parser.error(f"--compare: no report at {args.compare}")
+    if args.compare is not None:
+        try:
+            compare.shares(json.loads(args.compare.read_text()))
+        except (OSError, ValueError) as error:
+            parser.error(f"--compare: {error}")
     if args.probe_threads < 1:
         parser.error("--probe-threads: at least 1")
     args.depths = [float(d) for d in args.depths.split(",")]

@@ -1,7 +1,8 @@
 """The times a question names, as spans of calendar days (pure).
 
 Recall favours the messages of a time the question names (``recall.DATE_BOOST``): a date
-written out ("on 29 Dec 2023", ``named_days``), and a time said relative to the
+written out ("on 29 Dec 2023", ``named_days``) or the days on one side of one ("before 7
+Jan 2024", ``_sided``), and a time said relative to the
 conversation's present or by its name (``named_spans``): "yesterday", "two weeks ago",
 "last month", "on Monday", "in May", "at Christmas". The present is the conversation's,
 not the clock's: an imported conversation asked about today still says "yesterday" of
@@ -78,7 +79,7 @@ def _written(lower: str) -> list[tuple[int, int]]:
 # still found by its words.
 SIDE_DAYS = 7
 _SIDE = re.compile(
-    r"\b(?:the\s+day\s+(?P<day_before>before)|the\s+day\s+(?P<day_after>after)"
+    r"\b(?:(?:the|a|one)\s+(?:day|night|evening)\s+(?:(?P<day_before>before)|(?P<day_after>after))"
     r"|(?P<weekday>monday|tuesday|wednesday|thursday|friday|saturday|sunday)\s+before"
     r"|(?P<before>before|by|until|till|up\s+to)|(?P<after>after)|(?P<since>since))"
     r"\s+(?:the\s+)?$"

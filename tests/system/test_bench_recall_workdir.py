@@ -46,16 +46,18 @@ def test_a_kept_import_is_asked_again_and_compared_and_another_one_is_replaced(
 ) -> None:
     data = write_dataset(tmp_path / "data")
     first, second = tmp_path / "first.json", tmp_path / "second.json"
-    # What an earlier run left of other conversations: imported again, not asked.
+    # What an import cut short left (Redis data, no marker): imported again from nothing,
+    # not on top of it; what the bench did not make is left alone.
     kept = workdir / "hybrid-recall"
-    kept.mkdir(parents=True)
-    (kept / "imported").write_text("Chat_9_Other\n")
-    (kept / "stale").write_text("from the other import")
+    (kept / "redis").mkdir(parents=True)
+    (kept / "redis" / "appendonly.aof").write_text("half an import")
+    (kept / "notes.txt").write_text("the user's")
 
     run = recall_bench(data, workdir, "--json", str(first))
     assert run.returncode == 0, run.stderr
     assert IMPORTED in run.stderr and REUSED not in run.stderr
-    assert not (kept / "stale").exists()
+    assert "half an import" not in (kept / "redis" / "appendonly.aof").read_text(errors="replace")
+    assert (kept / "notes.txt").read_text() == "the user's"
     assert (kept / "imported").read_text().startswith("Chat_1_Ann_Bob\n")
 
     again = recall_bench(data, workdir, "--json", str(second), "--compare", str(first))
@@ -79,4 +81,10 @@ def test_compare_and_workdir_are_refused_where_they_mean_nothing(tmp_path: Path)
 
     missing = recall_bench(tmp_path, tmp_path / "work", "--compare", str(tmp_path / "no.json"))
     assert missing.returncode == 2
-    assert "--compare: no report at" in missing.stderr
+    assert "--compare: [Errno 2] No such file" in missing.stderr
+
+    other = tmp_path / "synthetic.json"  # a report of the other dataset: no questions
+    other.write_text(json.dumps({"settings": {"dataset": "synthetic"}, "rows": []}))
+    refused = recall_bench(tmp_path, tmp_path / "work", "--compare", str(other))
+    assert refused.returncode == 2
+    assert "--compare: not a bench/recall.py --dataset realtalk --json report" in refused.stderr

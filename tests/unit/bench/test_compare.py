@@ -22,7 +22,11 @@ def result(conversation: str, number: int, category: str, budget: int, share: fl
 
 
 def report(rows: dict[str, list[dict[str, Any]]], commit: str = "abc") -> dict[str, Any]:
-    return {"commit": commit, "rows": [{"name": n, "results": r} for n, r in rows.items()]}
+    return {
+        "commit": commit,
+        "settings": {"dataset": "realtalk"},
+        "rows": [{"name": n, "results": r} for n, r in rows.items()],
+    }
 
 
 BEFORE = report({
@@ -116,3 +120,23 @@ def test_the_command_prints_the_table_and_refuses_a_file_it_cannot_read(
     assert compare.main([str(before), str(after)]) == 2
     assert "compare:" in capsys.readouterr().err
     assert compare.main([str(before), str(tmp_path / "missing.json")]) == 2
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"settings": {"dataset": "synthetic"}, "rows": [{"name": "hybrid", "results": [{}]}]},
+        [],  # not a report
+        {"settings": {"dataset": "realtalk"}, "rows": [{"name": "x", "results": [{"a": 1}]}]},
+    ],
+)
+def test_what_is_not_a_realtalk_report_of_questions_is_refused_in_words(
+    other: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    with pytest.raises(ValueError, match="report"):
+        compare.compare(BEFORE, other)
+    before, after = tmp_path / "before.json", tmp_path / "other.json"
+    before.write_text(json.dumps(BEFORE))
+    after.write_text(json.dumps(other))
+    assert compare.main([str(before), str(after)]) == 2
+    assert "compare:" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """bench/recall.py --workdir: an import is kept for the next run only while the run would
-import the same (the end-to-end run: tests/system/test_bench_recall_workdir.py)."""
+import the same: the same conversations, their messages, batches, times and summarizer
+(the end-to-end run: tests/system/test_bench_recall_workdir.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,23 @@ def test_an_import_is_asked_again_only_of_the_same_conversations_imported_alike(
     tmp_path: Path,
 ) -> None:
     conversation = realtalk.load_conversation(write_dataset(tmp_path / "data") / CHAT)
-    args = argparse.Namespace(no_timestamps=False, batch=500)
+    asked = {
+        "no_timestamps": False, "batch": 500, "summarizer_url": None,
+        "summarizer_model": "summarizer",
+    }  # fmt: skip
+    args = argparse.Namespace(**asked)
     same = recall.what_is_imported([conversation], args)
 
     assert recall.what_is_imported([conversation], args) == same
-    for other in (argparse.Namespace(no_timestamps=True, batch=500),
-                  argparse.Namespace(no_timestamps=False, batch=40)):  # fmt: skip
-        assert recall.what_is_imported([conversation], other) != same
+    changes = [
+        {"no_timestamps": True},
+        {"batch": 40},
+        {"summarizer_url": "http://127.0.0.1:9/v1"},
+        {"summarizer_model": "m"},
+    ]
+    for changed in changes:
+        other = argparse.Namespace(**{**asked, **changed})
+        assert recall.what_is_imported([conversation], other) != same, changed
     message = conversation.messages[0]
     edited = dataclasses.replace(
         conversation,

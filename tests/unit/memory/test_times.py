@@ -159,6 +159,8 @@ def test_a_written_date_anchors_the_question_not_the_present() -> None:
         # One day on that side, and the next.
         ("What happened on the day before 7 Jan 2024?", ("2024-01-06", "2024-01-07")),
         ("and the day after 7 Jan 2024?", ("2024-01-08", "2024-01-09")),
+        ("What did she cook the night before 7 Jan 2024?", ("2024-01-06", "2024-01-07")),
+        ("a day before 7 Jan 2024", ("2024-01-06", "2024-01-07")),
         # No side: the day, and the next.
         ("What happened on 7 Jan 2024, and after?", ("2024-01-07", "2024-01-08")),
     ],
