@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,11 +67,12 @@ def fact_lifts(
     if not usable:
         return None  # (a session of model-free facts, the summarizer unreachable)
     index, owns = _facts_index(tuple(fact.text for fact in usable))
-    idf = _idf(archive)
     matched: dict[int, float] = {}
     whole = 0.0
     for term, weight in query.items():
-        worth = weight * idf(term)
+        # (By BM25's idf over the archive; a term no message holds counts the most.)
+        entry = archive.postings.get(term)
+        worth = weight * bm25_idf(n, len(entry[0]) if entry is not None else 0)
         whole += worth
         for number in index.get(term, ()):
             matched[number] = matched.get(number, 0.0) + worth
@@ -141,20 +142,3 @@ def _held(archive: Archive, own: tuple[str, ...], first: int, last: int) -> npt.
 # Ranges an archive keeps what they hold of, before it forgets them all: the lifting
 # facts of a few turns (each entry is a few hundred bytes: at most ~75 KB an archive).
 _MOST_HELD = 128
-
-
-def _idf(archive: Archive) -> Callable[[str], float]:
-    """BM25's idf of a term over the archive's messages (a term none holds: the most),
-    each term's worked out once a turn."""
-    n = len(archive.messages)
-    known: dict[str, float] = {}
-
-    def idf(term: str) -> float:
-        found = known.get(term)
-        if found is None:
-            entry = archive.postings.get(term)
-            df = len(entry[0]) if entry is not None else 0
-            found = known[term] = bm25_idf(n, df)
-        return found
-
-    return idf

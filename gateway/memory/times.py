@@ -95,8 +95,8 @@ def _sided(lower: str, start: int, day: int, today: int) -> Span:
         one = day - 1 if side["day_before"] else day + 1
         return one, one + 1
     if side["weekday"]:  # "on Friday before 10.01.2024": the latest Friday before it
-        back = (datetime.date.fromordinal(day).weekday() - _WEEKDAYS.index(side["weekday"])) % 7
-        return day - (back or 7), day - (back or 7) + 1
+        named = _latest_before(day, side["weekday"])
+        return named, named + 1
     if side["before"]:
         return day - SIDE_DAYS, day
     if side["after"]:
@@ -273,12 +273,14 @@ def _weekend(lower: str, date: datetime.date) -> list[Span]:
 
 def _weekday(lower: str, date: datetime.date) -> list[Span]:
     """ "on Monday", "last Monday": the latest Monday before today."""
-    today = date.toordinal()
-    found = []
-    for name in _WEEKDAY.findall(lower):
-        back = (date.weekday() - _WEEKDAYS.index(name)) % 7 or 7
-        found.append((today - back, today - back))
-    return found
+    found = [_latest_before(date.toordinal(), name) for name in _WEEKDAY.findall(lower)]
+    return [(day, day) for day in found]
+
+
+def _latest_before(day: int, weekday: str) -> int:
+    """The latest day named ``weekday`` ("monday") before ``day`` (a week before, on one)."""
+    back = (datetime.date.fromordinal(day).weekday() - _WEEKDAYS.index(weekday)) % 7
+    return day - (back or 7)
 
 
 def _day_of_month(lower: str, date: datetime.date) -> list[Span]:
