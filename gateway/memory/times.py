@@ -1,12 +1,12 @@
 """The times a question names, as spans of calendar days (pure).
 
 Recall favours the messages of a time the question names (``recall.DATE_BOOST``): a date
-written out ("on 29 Dec 2023", ``named_days``) or the days on one side of one ("before 7
-Jan 2024", ``_sided``), and a time said relative to the
-conversation's present or by its name (``named_spans``): "yesterday", "two weeks ago",
-"last month", "on Monday", "in May", "at Christmas". The present is the conversation's,
-not the clock's: an imported conversation asked about today still says "yesterday" of
-its own last days.
+written out ("on 29 Dec 2023", ``named_days``), the days on one side of one ("before 7
+Jan 2024", ``_sided``) or between two ("from 2 Jan 2024 to 9 Jan 2024", ``_ranges``),
+and a time said relative to the conversation's present or by its name (``named_spans``):
+"yesterday", "two weeks ago", "last month", "on Monday", "in May", "at Christmas". The
+present is the conversation's, not the clock's: an imported conversation asked about
+today still says "yesterday" of its own last days.
 
 Days are proleptic ordinals (``archive.day_of``); a span is its first and last day. What
 is read is English as people write it in chat, and only what names one time: "in the
@@ -56,19 +56,50 @@ _DATES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], tuple[int, int, in
 
 def named_days(text: str) -> frozenset[int]:
     """The calendar days a text writes out as dates."""
-    return frozenset(day for _, day in _written(text.lower()))
+    return frozenset(day for _, _, day in _written(text.lower()))
 
 
-def _written(lower: str) -> list[tuple[int, int]]:
-    """Each date written out in a lowercase text: where it starts, and its day."""
+def _written(lower: str) -> list[tuple[int, int, int]]:
+    """Each date written out in a lowercase text: where it starts and ends, and its day."""
     found = []
     for pattern, parts in _DATES:
         for match in pattern.finditer(lower):
             try:
-                found.append((match.start(), datetime.date(*parts(match)).toordinal()))
+                found.append((match.start(), match.end(), datetime.date(*parts(match)).toordinal()))
             except ValueError:
                 continue  # "31.02.2024", "13/25/2024"
     return sorted(found)
+
+
+# Two written dates joined as the ends of one stretch: "between 2 Jan 2024 and 9 Jan
+# 2024", "from 02.01.2024 to 09.01.2024", "2024-01-02 - 2024-01-09". Without the first
+# word, "and" joins two days ("on 2 Jan 2024 and 9 Jan 2024"), not the days between.
+_RANGE_OPENS = re.compile(r"\b(?:between|from)\s+(?:the\s+)?$")
+_RANGE_JOINS = re.compile(r"^\s*(?:and|to|until|till|through|thru|[-\u2013\u2014])\s*(?:the\s+)?$")
+_DASH = re.compile(r"^\s*[-\u2013\u2014]\s*$")  # a hyphen, an en or an em dash
+
+
+def _ranges(lower: str, written: list[tuple[int, int, int]], today: int) -> list[Span]:
+    """The spans of the written dates (``_written``): a stretch between two, from the
+    first day to the last (and the day after); each other date with the words before it
+    (``_sided``)."""
+    found = []
+    at = 0
+    while at < len(written):
+        start, end, day = written[at]
+        if at + 1 < len(written):
+            next_start, _, next_day = written[at + 1]
+            between = lower[end:next_start]
+            if _RANGE_JOINS.match(between) and (
+                _DASH.match(between) or _RANGE_OPENS.search(lower[max(0, start - 16) : start])
+            ):
+                first, last = sorted((day, next_day))
+                found.append((first, last + 1))
+                at += 2
+                continue
+        found.append(_sided(lower, start, day, today))
+        at += 1
+    return found
 
 
 # A written date after a word that points to one side of it names the days on that side:
@@ -165,13 +196,13 @@ def _readers() -> tuple[Callable[[str, datetime.date], list[Span]], ...]:
 
 def named_spans(text: str, today: int) -> tuple[Span, ...]:
     """The spans of days a text names, each with the day after (people answer after
-    midnight, and tell of a day the next): its written-out dates, or the days on one side
-    of one ("before 7 Jan 2024", ``_sided``); without any, the
+    midnight, and tell of a day the next): its written-out dates, the days on one side
+    of one ("before 7 Jan 2024", ``_sided``) or between two (``_ranges``); without any, the
     times it says relative to ``today`` or by their name, which end on ``today`` at the
     latest (none without a known present: ``today`` 0). At most ``MOST_SPANS``, in the
     order found, each once."""
     lower = text.lower()
-    found = [_sided(lower, start, day, today) for start, day in _written(lower)]
+    found = _ranges(lower, _written(lower), today)
     # A question that writes out a date reads its other times from it ("on Friday before
     # 10.01.2024", ``_sided``), not from the present.
     if today > 0 and not found:

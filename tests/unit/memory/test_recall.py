@@ -201,9 +201,10 @@ def test_a_named_date_lifts_that_day_and_the_next() -> None:
         ("What did I cook after 7 Jan 2024?", {3, 4}),  # the 7th, the week after
         ("What did I cook on 7 Jan 2024?", {3}),  # the day, and the next
         ("What did I cook the day before 13 Jan 2024?", {4}),  # the 12th, and the next
+        ("What did I cook between 3 Jan 2024 and 12 Jan 2024?", {2, 3, 4}),  # the days between
     ],
 )
-def test_a_word_before_a_named_date_lifts_the_days_on_its_side(asked: str, lifted: set[int]):
+def test_words_around_named_dates_lift_the_days_they_name(asked: str, lifted: set[int]):
     archive = Archive("g")
     said = ["2023-12-20T19", "2024-01-04T19", "2024-01-07T19", "2024-01-12T09", "2024-01-25T19"]
     archive.extend(

@@ -171,6 +171,31 @@ def test_a_word_before_a_written_date_names_the_days_on_that_side(
     assert spans(text) == [expected]
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("What did she do between 2 Jan 2024 and 9 Jan 2024?", [("2024-01-02", "2024-01-10")]),
+        ("from 02.01.2024 to 09.01.2024", [("2024-01-02", "2024-01-10")]),
+        ("from the 2nd of January 2024 until the 9th of January 2024",
+         [("2024-01-02", "2024-01-10")]),
+        ("2024-01-02 - 2024-01-09", [("2024-01-02", "2024-01-10")]),
+        ("2 Jan 2024 \u2013 9 Jan 2024", [("2024-01-02", "2024-01-10")]),
+        # Its ends either way round.
+        ("between 9 Jan 2024 and 2 Jan 2024", [("2024-01-02", "2024-01-10")]),
+        # "and" without "between" joins two days, not the days between them.
+        ("on 2 Jan 2024 and 9 Jan 2024",
+         [("2024-01-02", "2024-01-03"), ("2024-01-09", "2024-01-10")]),
+        # A range, then a date with its own side.
+        ("from 2 Jan 2024 to 4 Jan 2024, and after 9 Jan 2024",
+         [("2024-01-02", "2024-01-05"), ("2024-01-09", "2024-01-16")]),
+    ],
+)  # fmt: skip
+def test_two_written_dates_joined_name_the_days_between(
+    text: str, expected: list[tuple[str, str]]
+) -> None:
+    assert spans(text) == expected
+
+
 def test_since_a_date_without_a_present_reads_the_week_after_it() -> None:
     assert spans("since 29 Dec 2023", today=0) == [("2023-12-29", "2024-01-05")]
 
