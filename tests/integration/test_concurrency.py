@@ -36,19 +36,10 @@ from tests.support.clients import Memory, send
 from tests.support.concurrency import all_at_once
 from tests.support.fixtures import GatewayFactory, on_one_redis_and_a_cluster
 
-# What these tests prove is how turns are stored, not how fast: a burst of 50 on a loaded
-# 2-core machine can hold the event loop past the default 100 ms Redis deadline, and a
-# request then (rightly) degrades instead of waiting; a roomier deadline keeps them all on
-# the memory path.
-ROOMY = {"redis": {"timeout_ms": 3000}}
-
+# (What these tests prove is how turns are stored, not how fast: the test gateways' roomy
+# Redis deadline, ``fixtures.REDIS_DEADLINE_MS``, keeps a burst of 50 on the memory path.)
 
 redis_server = on_one_redis_and_a_cluster()
-
-
-@pytest.fixture
-def gateway(make_gateway: GatewayFactory) -> ServerThread:
-    return make_gateway(**ROOMY)
 
 
 def assert_sound(
@@ -140,7 +131,7 @@ def test_summary_versions_never_go_back_under_concurrent_turns_and_flushes(
 ) -> None:
     # rolling-summary folds every turn: each turn enqueues a job that rewrites the one
     # summary, while flushes and the in-process worker race to run them.
-    gateway = make_gateway(memory={"preset": "rolling-summary"}, **ROOMY)
+    gateway = make_gateway(memory={"preset": "rolling-summary"})
     memory = Memory(gateway, api_key, session_id)
     memory.add(2)  # the session exists before the race: flushes find it
     versions: list[int] = []

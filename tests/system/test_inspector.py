@@ -52,10 +52,7 @@ def page(browser: Browser) -> Iterator[Page]:
 
 @pytest.fixture
 def inspected(make_gateway: GatewayFactory) -> ServerThread:
-    # The gateway runs in this process, beside Playwright and the SDK: on a loaded 2-core
-    # machine a turn can wait past the default 100 ms Redis deadline and (rightly) go
-    # degraded, unrecorded and unreceipted. What the page shows is tested here, not that.
-    return make_gateway(memory={"preset": "hybrid-recall"}, redis={"timeout_ms": 3000},
+    return make_gateway(memory={"preset": "hybrid-recall"},
                         ui={"enabled": True, "admin_key": ADMIN_KEY})  # fmt: skip
 
 

@@ -161,7 +161,9 @@ def test_fail_closed_refuses_a_partitioned_redis_within_the_deadline(
 ) -> None:
     body = {"model": "fake-model", "messages": [{"role": "user", "content": "what is my tea?"}]}
     with proxy_to(redis_server.port) as proxy:
-        gateway = make_gateway(redis_url=proxy.url, redis={"on_failure": "closed"})
+        gateway = make_gateway(
+            redis_url=proxy.url, redis={"on_failure": "closed", "timeout_ms": 100}
+        )
         with gateway_client(gateway, api_key, session_id) as client:
             assert timed_asks(client, 1, "remember: my tea is matcha")[1] == {"ok"}
             proxy.black_hole = True
