@@ -4,9 +4,9 @@ Recall favours the messages of a time the question names (``recall.DATE_BOOST``)
 written out ("on 29 Dec 2023", ``named_days``), the days on one side of one ("before 7
 Jan 2024", ``_sided``) or between two ("from 2 Jan 2024 to 9 Jan 2024", ``_ranges``),
 and a time said relative to the conversation's present or by its name (``named_spans``):
-"yesterday", "two weeks ago", "last month", "on Monday", "in May", "at Christmas". The
-present is the conversation's, not the clock's: an imported conversation asked about
-today still says "yesterday" of its own last days.
+"yesterday", "two weeks ago", "last month", "on Monday", "in May", "last summer", "at
+Christmas". The present is the conversation's, not the clock's: an imported conversation
+asked about today still says "yesterday" of its own last days.
 
 Days are proleptic ordinals (``archive.day_of``); a span is its first and last day. What
 is read is English as people write it in chat, and only what names one time: "in the
@@ -185,12 +185,23 @@ _HOLIDAY_DAYS = [
     ((0, 1, 1), (0, 1, 1)),  # New Year's Day
     ((-1, 12, 31), (0, 1, 1)),  # the new year: the night it turns, either side of midnight
 ]
+# A season with a word that makes it one ("last summer", "in the fall", "during winter")
+# or a year ("spring 2024", "winter 2021-2022", "winter 2021/22"); alone, "summer" is
+# as often a kind of thing ("summer camp") and "fall" a verb. Northern and
+# meteorological: spring is March to May, summer June to August, autumn September to
+# November, winter December to February.
+_SEASON = re.compile(
+    r"\b(?:(last|this|past|in|during|over|early|late|mid|since)\s+(?:the\s+)?)?"
+    r"(spring|summer|autumn|fall|winter)\b(?:\s+(?:of\s+)?(\d{4})(?:\s*[-/\u2013]\s*(\d{2,4}))?)?"
+)
+_SEASON_STARTS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}
 MOST_SPANS = 8  # a question naming more times than this is read for its first ones
 
 
 def _readers() -> tuple[Callable[[str, datetime.date], list[Span]], ...]:
     return (
-        _simple, _ago, _past, _calendar, _weekend, _weekday, _day_of_month, _month, _holiday
+        _simple, _ago, _past, _calendar, _weekend, _weekday, _day_of_month, _month, _holiday,
+        _season,
     )  # fmt: skip
 
 
@@ -371,3 +382,43 @@ def _holiday(lower: str, date: datetime.date) -> list[Span]:
 
 def _count(said: str) -> int:
     return int(said) if said.isdigit() else _NUMBERS[" ".join(said.split())]
+
+
+def _season(lower: str, date: datetime.date) -> list[Span]:
+    """ "last summer", "the past winter": the latest one over; "this summer": the one
+    under way or, over, this year's (not one to come); "in the summer", "during winter":
+    the latest begun ("since": from it to today); "spring 2024": that one; "winter 2023":
+    its months in 2023 (January, February and December); "winter 2021-2022": the one from
+    December 2021."""
+    today = date.toordinal()
+    found: list[Span] = []
+    for match in _SEASON.finditer(lower):
+        word, name, year, joined = match[1], match[2], match[3], match[4]
+        start = _SEASON_STARTS[name]
+        if year is not None:
+            y = int(year)
+            if not 1 <= y <= 9998:
+                continue
+            if name == "winter" and joined is None:
+                found += [(_month_span(y, 1)[0], _month_span(y, 2)[1]), _month_span(y, 12)]
+            else:
+                found.append(_season_span(y, start))
+        elif word is not None:
+            # The latest begun, today or before (a winter, the December before).
+            begun = date.year if date.month >= start else date.year - 1
+            if begun < 1:
+                continue
+            first, last = _season_span(begun, start)
+            if word in ("last", "past") and last >= today:
+                first, last = _season_span(begun - 1, start) if begun > 1 else (0, 0)
+            elif word == "this" and name != "winter" and begun != date.year:
+                continue  # "this summer" said in March: one to come, no message's yet
+            if last:
+                found.append((first, today if word == "since" else last))
+    return found
+
+
+def _season_span(year: int, start: int) -> Span:
+    """The three months from month ``start`` of ``year`` (a winter's into the next year)."""
+    months = year * 12 + start - 1 + 2  # the third month, counted from year 0
+    return _month_span(year, start)[0], _month_span(months // 12, months % 12 + 1)[1]

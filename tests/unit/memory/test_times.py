@@ -92,6 +92,15 @@ def test_what_is_not_a_date_is_not_read_as_one(text: str) -> None:
         ("on New Year's Eve", ("2023-12-31", "2024-01-01")),
         ("how did you celebrate the new year?", ("2023-12-31", "2024-01-02")),
         ("New Year 2023", ("2022-12-31", "2023-01-02")),
+        # Seasons: northern, meteorological (winter is December to February).
+        ("what did we do last summer?", ("2023-06-01", "2023-09-01")),
+        ("in the fall", ("2023-09-01", "2023-12-01")),  # the latest begun
+        ("during winter", ("2023-12-01", "2024-01-27")),  # under way
+        ("this winter", ("2023-12-01", "2024-01-27")),
+        ("last winter", ("2022-12-01", "2023-03-01")),  # the latest over
+        ("since the summer", ("2023-06-01", "2024-01-27")),
+        ("spring 2023", ("2023-03-01", "2023-06-01")),
+        ("in winter 2021 - 2022", ("2021-12-01", "2022-03-01")),
     ],
 )
 def test_times_said_relative_to_the_present_are_read_from_it(
@@ -111,6 +120,9 @@ def test_times_said_relative_to_the_present_are_read_from_it(
         "New Year 2025",
         "what is the weekly planning?",
         "in the past",
+        "this summer",  # said in January: one to come
+        "summer camp",  # a kind of camp
+        "how do you fall asleep?",
     ],
 )
 def test_what_names_no_time_of_the_conversation_is_not_read(text: str) -> None:
@@ -126,10 +138,32 @@ def test_what_names_no_time_of_the_conversation_is_not_read(text: str) -> None:
         ("last month", ordinal("0001-01-15")),
         ("on 31 June", TODAY),
         ("at Christmas", ordinal("0001-06-01")),
+        ("winter 9999", TODAY),
+        ("last winter", ordinal("0001-01-15")),
     ],
 )
 def test_a_time_outside_the_calendar_is_no_time(text: str, today: int) -> None:
     assert spans(text, today) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "today", "expected"),
+    [
+        ("this summer", "2024-10-10", ("2024-06-01", "2024-09-01")),  # over, this year's
+        ("this summer", "2024-07-10", ("2024-06-01", "2024-07-10")),  # under way
+        ("last summer", "2024-07-10", ("2023-06-01", "2023-09-01")),  # this one is not over
+        ("this winter", "2024-12-10", ("2024-12-01", "2024-12-10")),
+        ("in the spring", "2024-02-10", ("2023-03-01", "2023-06-01")),  # none begun this year
+    ],
+)
+def test_a_season_is_read_from_the_time_of_year_it_is_said(
+    text: str, today: str, expected: tuple[str, str]
+) -> None:
+    assert spans(text, ordinal(today)) == [expected]
+
+
+def test_a_winter_of_one_year_is_its_months_in_that_year() -> None:
+    assert spans("in winter 2023") == [("2023-01-01", "2023-03-01"), ("2023-12-01", "2024-01-01")]
 
 
 def test_relative_times_need_a_present() -> None:
@@ -232,6 +266,10 @@ def test_reading_times_never_fails(text: str, today: int) -> None:
                 "the new year",
                 "last weekend",
                 "past week",
+                "last summer",
+                "this winter",
+                "in the fall",
+                "since spring",
             ]
         ),
         max_size=4,
