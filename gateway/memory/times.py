@@ -74,9 +74,12 @@ def _written(lower: str) -> list[tuple[int, int, int]]:
 # Two written dates joined as the ends of one stretch: "between 2 Jan 2024 and 9 Jan
 # 2024", "from 02.01.2024 to 09.01.2024", "2024-01-02 - 2024-01-09". Without the first
 # word, "and" joins two days ("on 2 Jan 2024 and 9 Jan 2024"), not the days between.
+# (Within a line: a dash at the start of the next is a list's bullet, not a range.)
 _RANGE_OPENS = re.compile(r"\b(?:between|from)\s+(?:the\s+)?$")
-_RANGE_JOINS = re.compile(r"^\s*(?:and|to|until|till|through|thru|[-\u2013\u2014])\s*(?:the\s+)?$")
-_DASH = re.compile(r"^\s*[-\u2013\u2014]\s*$")  # a hyphen, an en or an em dash
+_RANGE_JOINS = re.compile(
+    r"^[ \t]*,?[ \t]*(?:and|to|until|till|through|thru|[-\u2013\u2014])[ \t]*(?:the[ \t]+)?$"
+)
+_DASH = re.compile(r"^[ \t]*[-\u2013\u2014][ \t]*$")  # a hyphen, an en or an em dash
 
 
 def _ranges(lower: str, written: list[tuple[int, int, int]], today: int) -> list[Span]:
@@ -191,8 +194,9 @@ _HOLIDAY_DAYS = [
 # meteorological: spring is March to May, summer June to August, autumn September to
 # November, winter December to February.
 _SEASON = re.compile(
-    r"\b(?:(last|this|past|in|during|over|early|late|mid|since)\s+(?:the\s+)?)?"
-    r"(spring|summer|autumn|fall|winter)\b(?:\s+(?:of\s+)?(\d{4})(?:\s*[-/\u2013]\s*(\d{2,4}))?)?"
+    r"\b(?:(since)\s+)?(?:(last|this|past|in|during|over|early|late|mid)\s+)?(?:the\s+)?"
+    r"(spring|summer|autumn|fall|winter)\b"
+    r"(?:\s+(?:of\s+)?(\d{4})(?:\s*[-/\u2013\u2014]\s*(\d{4}|\d{2}))?\b)?"
 )
 _SEASON_STARTS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}
 MOST_SPANS = 8  # a question naming more times than this is read for its first ones
@@ -386,36 +390,43 @@ def _count(said: str) -> int:
 
 def _season(lower: str, date: datetime.date) -> list[Span]:
     """ "last summer", "the past winter": the latest one over; "this summer": the one
-    under way or, over, this year's (not one to come); "in the summer", "during winter":
-    the latest begun ("since": from it to today); "spring 2024": that one; "winter 2023":
-    its months in 2023 (January, February and December); "winter 2021-2022": the one from
-    December 2021."""
-    today = date.toordinal()
+    under way or, over, this year's (not one to come: nor a winter not under way, which
+    in October is the next one and in April the last); "in the summer", "during winter":
+    the latest begun; "since" (the summer, last summer): from it to today; "spring
+    2024": that one; "winter 2023": its months in 2023 (January, February and December);
+    "winter 2021-2022", "winter 2021/22": the one from December 2021."""
     found: list[Span] = []
     for match in _SEASON.finditer(lower):
-        word, name, year, joined = match[1], match[2], match[3], match[4]
-        start = _SEASON_STARTS[name]
-        if year is not None:
-            y = int(year)
-            if not 1 <= y <= 9998:
-                continue
-            if name == "winter" and joined is None:
-                found += [(_month_span(y, 1)[0], _month_span(y, 2)[1]), _month_span(y, 12)]
-            else:
-                found.append(_season_span(y, start))
-        elif word is not None:
-            # The latest begun, today or before (a winter, the December before).
-            begun = date.year if date.month >= start else date.year - 1
-            if begun < 1:
-                continue
-            first, last = _season_span(begun, start)
-            if word in ("last", "past") and last >= today:
-                first, last = _season_span(begun - 1, start) if begun > 1 else (0, 0)
-            elif word == "this" and name != "winter" and begun != date.year:
-                continue  # "this summer" said in March: one to come, no message's yet
-            if last:
-                found.append((first, today if word == "since" else last))
+        try:
+            span = _season_named(match, date)
+        except ValueError:
+            continue  # a season outside the calendar's years
+        found += span
     return found
+
+
+def _season_named(match: re.Match[str], date: datetime.date) -> list[Span]:
+    """The spans of one season ``_SEASON`` matched, said on ``date``."""
+    since, word, name, year, joined = match[1], match[2], match[3], match[4], match[5]
+    start = _SEASON_STARTS[name]
+    if year is not None:
+        y = int(year)
+        if name != "winter":
+            return [_season_span(y, start)]
+        if joined is not None and int(joined) % 100 == (y + 1) % 100:
+            return [_season_span(y, start)]  # "winter 2021-2022": from its December
+        return [(_month_span(y, 1)[0], _month_span(y, 2)[1]), _month_span(y, 12)]
+    if since is None and word is None:
+        return []  # "summer camp", "I fall"
+    today = date.toordinal()
+    # The latest begun, today or before (a winter, the December before).
+    begun = date.year if date.month >= start else date.year - 1
+    first, last = _season_span(begun, start)
+    if word in ("last", "past") and last >= today:
+        first, last = _season_span(begun - 1, start)
+    elif word == "this" and (begun != date.year if name != "winter" else last < today):
+        return []  # "this summer" said in March: one to come, no message's yet
+    return [(first, today if since else last)]
 
 
 def _season_span(year: int, start: int) -> Span:

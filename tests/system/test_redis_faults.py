@@ -1,9 +1,11 @@
 """Memory when Redis fails: refused, black-holed, slow, killed under load.
 
-Fail-open answers ``X-Memory-Status: degraded`` within the Redis deadline plus a margin,
-fail-closed refuses fast, memory resumes when Redis is back without restarting the
-gateway, and with AOF no acknowledged turn is lost to a SIGKILL. Timings are printed
-(run with ``-s`` to see them) and asserted with margins for a loaded 2-core CI machine.
+Fail-open answers ``X-Memory-Status: degraded`` within the Redis deadline plus a margin
+(the tests of a silent Redis set the default deadline, 100 ms; a refused or killed one
+fails at once, whatever the deadline), fail-closed refuses fast, memory resumes when
+Redis is back without restarting the gateway, and with AOF no acknowledged turn is lost
+to a SIGKILL. Timings are printed (run with ``-s`` to see them) and asserted with margins
+for a loaded 2-core CI machine.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from devsupport.tcp_proxy import proxy_to
 from tests.support.clients import Memory, say, sdk
 from tests.support.fixtures import GatewayFactory
 
-DEADLINE_S = 0.1  # redis.timeout_ms's default
+DEADLINE_S = 0.1  # redis.timeout_ms's default, which the silent-Redis tests set
 # What a degraded answer may take beyond the deadline: the upstream round trip and a
 # loaded 2-core machine's scheduling (redis-py's own defaults would wait for seconds).
 MARGIN_S = 0.9

@@ -154,6 +154,8 @@ def test_a_time_outside_the_calendar_is_no_time(text: str, today: int) -> None:
         ("last summer", "2024-07-10", ("2023-06-01", "2023-09-01")),  # this one is not over
         ("this winter", "2024-12-10", ("2024-12-01", "2024-12-10")),
         ("in the spring", "2024-02-10", ("2023-03-01", "2023-06-01")),  # none begun this year
+        ("since last summer", "2024-10-10", ("2024-06-01", "2024-10-10")),
+        ("since last winter", "2024-10-10", ("2023-12-01", "2024-10-10")),
     ],
 )
 def test_a_season_is_read_from_the_time_of_year_it_is_said(
@@ -162,8 +164,34 @@ def test_a_season_is_read_from_the_time_of_year_it_is_said(
     assert spans(text, ordinal(today)) == [expected]
 
 
-def test_a_winter_of_one_year_is_its_months_in_that_year() -> None:
-    assert spans("in winter 2023") == [("2023-01-01", "2023-03-01"), ("2023-12-01", "2024-01-01")]
+@pytest.mark.parametrize("today", ["2024-04-10", "2024-11-15"])
+def test_this_winter_is_only_the_one_under_way(today: str) -> None:
+    # In April, the one gone; in November, the one to come: neither is said for sure.
+    assert spans("this winter", ordinal(today)) == []
+
+
+@pytest.mark.parametrize(
+    "text", ["in winter 2023", "winter 2023 - 2021", "winter 2023\u20142021", "winter 2023 to 2024"]
+)
+def test_a_winter_of_one_year_is_its_months_in_that_year(text: str) -> None:
+    assert spans(text) == [("2023-01-01", "2023-03-01"), ("2023-12-01", "2024-01-01")]
+
+
+@pytest.mark.parametrize("text", ["winter 2023\u20142024", "winter 2023/24", "winter 2023 - 2024"])
+def test_a_winter_of_two_years_is_the_one_between(text: str) -> None:
+    assert spans(text) == [("2023-12-01", "2024-01-27")]
+
+
+@pytest.mark.parametrize(
+    ("text", "today"),
+    [("winter 20245", TODAY), ("spring 0000", TODAY), ("this winter", "9999-12-15")],
+)
+def test_a_season_outside_the_calendar_is_no_time(text: str, today: int | str) -> None:
+    assert spans(text, ordinal(today) if isinstance(today, str) else today) == []
+
+
+def test_a_season_in_the_calendar_s_last_year_is_read() -> None:
+    assert spans("spring 9999", ordinal("9999-12-15")) == [("9999-03-01", "9999-06-01")]
 
 
 def test_relative_times_need_a_present() -> None:
@@ -214,6 +242,10 @@ def test_a_word_before_a_written_date_names_the_days_on_that_side(
          [("2024-01-02", "2024-01-10")]),
         ("2024-01-02 - 2024-01-09", [("2024-01-02", "2024-01-10")]),
         ("2 Jan 2024 \u2013 9 Jan 2024", [("2024-01-02", "2024-01-10")]),
+        ("between 2 Jan 2024, and 9 Jan 2024", [("2024-01-02", "2024-01-10")]),
+        # A list's bullets are not dashes between its dates.
+        ("What did I do then?\n- 2024-01-02\n- 2024-01-09",
+         [("2024-01-02", "2024-01-03"), ("2024-01-09", "2024-01-10")]),
         # Its ends either way round.
         ("between 9 Jan 2024 and 2 Jan 2024", [("2024-01-02", "2024-01-10")]),
         # "and" without "between" joins two days, not the days between them.
