@@ -82,10 +82,45 @@ _RANGE_JOINS = re.compile(
 _DASH = re.compile(r"^[ \t]*[-\u2013\u2014][ \t]*$")  # a hyphen, an en or an em dash
 
 
+# The first end written short, its month or year left to the second: "between 2 and 9
+# Jan 2024", "from the 2nd to the 9th of January 2024", "from Jan 2 to Jan 9, 2024",
+# "between 28 Dec and 3 Jan 2024"; and "2-9 Jan 2024" (``_DAY_FIRST`` dates only: before
+# "2024-01-09", a number and a dash are seldom a day).
+_SHORT_START = re.compile(
+    rf"(?:\b(?:between|from)\s+(?:the\s+)?(?:{_DAY}(?:\s+(?:of\s+)?{_MONTH})?|{_MONTH}\.?\s+{_DAY})"
+    r"[ \t]*,?[ \t]*(?:and|to|until|till|through|thru|[-\u2013\u2014])"
+    rf"|\b{_DAY}[ \t]*[-\u2013\u2014])[ \t]*(?:the[ \t]+)?$"
+)
+_DAY_FIRST = re.compile(r"\d{1,2}(?:st|nd|rd|th)?\s")
+
+
+def _short_start(lower: str, start: int, day: int) -> int | None:
+    """The first day of a stretch whose first end, written short before the date at
+    ``start`` (``day``), takes its month and year from it; None without one."""
+    match = _SHORT_START.search(lower[max(0, start - 40) : start])
+    if match is None:
+        return None
+    number, name = match[1] or match[4] or match[5], match[2] or match[3]
+    if match[5] and not _DAY_FIRST.match(lower, start):
+        return None
+    date = datetime.date.fromordinal(day)
+    month = _MONTHS[name[:3]] if name else date.month
+    try:
+        first = datetime.date(date.year, month, int(number)).toordinal()
+        if first > day and name:  # "between 28 Dec and 3 Jan 2024": the December before
+            first = datetime.date(date.year - 1, month, int(number)).toordinal()
+        elif first > day:  # "between 29 and 3 Jan 2024": the month before
+            year, before = _months_back(date, 1)
+            first = datetime.date(year, before, int(number)).toordinal()
+    except ValueError:
+        return None  # "between 31 and 3 Mar 2024", a year 0
+    return first
+
+
 def _ranges(lower: str, written: list[tuple[int, int, int]], today: int) -> list[Span]:
     """The spans of the written dates (``_written``): a stretch between two, from the
-    first day to the last (and the day after); each other date with the words before it
-    (``_sided``)."""
+    first day to the last (and the day after), its first end maybe written short
+    (``_short_start``); each other date with the words before it (``_sided``)."""
     found = []
     at = 0
     while at < len(written):
@@ -100,7 +135,8 @@ def _ranges(lower: str, written: list[tuple[int, int, int]], today: int) -> list
                 found.append((first, last + 1))
                 at += 2
                 continue
-        found.append(_sided(lower, start, day, today))
+        short = _short_start(lower, start, day)
+        found.append((short, day + 1) if short is not None else _sided(lower, start, day, today))
         at += 1
     return found
 

@@ -243,6 +243,15 @@ def test_a_word_before_a_written_date_names_the_days_on_that_side(
         ("2024-01-02 - 2024-01-09", [("2024-01-02", "2024-01-10")]),
         ("2 Jan 2024 \u2013 9 Jan 2024", [("2024-01-02", "2024-01-10")]),
         ("between 2 Jan 2024, and 9 Jan 2024", [("2024-01-02", "2024-01-10")]),
+        # The first end written short: its month and year are the second's.
+        ("between 2 and 9 Jan 2024", [("2024-01-02", "2024-01-10")]),
+        ("from the 2nd to the 9th of January 2024", [("2024-01-02", "2024-01-10")]),
+        ("from Jan 2 to Jan 9, 2024", [("2024-01-02", "2024-01-10")]),
+        ("2-9 Jan 2024", [("2024-01-02", "2024-01-10")]),
+        ("between 28 Dec and 3 Jan 2024", [("2023-12-28", "2024-01-04")]),
+        ("between 29 and 3 Jan 2024", [("2023-12-29", "2024-01-04")]),
+        ("between 31 and 3 Mar 2024", [("2024-03-03", "2024-03-04")]),  # no 31 February
+        ("item 3 - 2024-01-09", [("2024-01-09", "2024-01-10")]),  # a number, not a day
         # A list's bullets are not dashes between its dates.
         ("What did I do then?\n- 2024-01-02\n- 2024-01-09",
          [("2024-01-02", "2024-01-03"), ("2024-01-09", "2024-01-10")]),
