@@ -225,13 +225,13 @@ _HOLIDAY_DAYS = [
     ((-1, 12, 31), (0, 1, 1)),  # the new year: the night it turns, either side of midnight
 ]
 # A season with a word that makes it one ("last summer", "in the fall", "during winter")
-# or a year ("spring 2024", "winter 2021-2022", "winter 2021/22"); alone, "summer" is
-# as often a kind of thing ("summer camp") and "fall" a verb. Northern and
-# meteorological: spring is March to May, summer June to August, autumn September to
-# November, winter December to February.
+# or a year ("spring 2024", "winter 2021-2022", "winter 2021/22", "spring break of 2024":
+# its break, vacation or term between); alone, "summer" is as often a kind of thing
+# ("summer camp") and "fall" a verb. Northern and meteorological: spring is March to May,
+# summer June to August, autumn September to November, winter December to February.
 _SEASON = re.compile(
     r"\b(?:(since)\s+)?(?:(last|this|past|in|during|over|early|late|mid)\s+)?(?:the\s+)?"
-    r"(spring|summer|autumn|fall|winter)\b"
+    r"(spring|summer|autumn|fall|winter)\b(?:\s+(?:break|vacation|holidays?|semester|term|camp))?"
     r"(?:\s+(?:of\s+)?(\d{4})(?:\s*[-/\u2013\u2014]\s*(\d{4}|\d{2}))?\b)?"
 )
 _SEASON_STARTS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}

@@ -100,6 +100,8 @@ def test_what_is_not_a_date_is_not_read_as_one(text: str) -> None:
         ("last winter", ("2022-12-01", "2023-03-01")),  # the latest over
         ("since the summer", ("2023-06-01", "2024-01-27")),
         ("spring 2023", ("2023-03-01", "2023-06-01")),
+        ("during spring break of 2022", ("2022-03-01", "2022-06-01")),  # not the latest begun
+        ("over the summer vacation", ("2023-06-01", "2023-09-01")),
         ("in winter 2021 - 2022", ("2021-12-01", "2022-03-01")),
     ],
 )
