@@ -42,9 +42,15 @@ def own_redis() -> Iterator[RedisProcess]:
     server.cleanup()
 
 
-def _gateway(upstream: ServerThread, redis: RedisProcess, **server: Any) -> ServerThread:
+def _gateway(
+    upstream: ServerThread, redis: RedisProcess, deadline_ms: int = 100, **server: Any
+) -> ServerThread:
     settings = build_settings(
-        upstream.url + "/v1", redis.url, server=server, memory={"preset": "hybrid-recall"}
+        upstream.url + "/v1",
+        redis.url,
+        server=server,
+        memory={"preset": "hybrid-recall"},
+        redis={"timeout_ms": deadline_ms},
     )
     return start_gateway(settings)
 
@@ -63,9 +69,18 @@ def capped(
 def roomy(
     fake_upstream_server: tuple[FakeUpstream, ServerThread], own_redis: RedisProcess
 ) -> Iterator[ServerThread]:
-    """A gateway whose caps admit a 4 MiB message (an operator's choice)."""
+    """A gateway whose caps admit a 4 MiB message (an operator's choice). What a stall
+    would be is measured directly: the loop's lag, and Redis's slow log. The other
+    tenant's turns must be served and recorded meanwhile, within a deadline of 1 s, not
+    Redis's default 100 ms: in this process, beside the heavy request's tokenizing threads
+    on a loaded 2-core machine, 100 ms measures the scheduler (one such turn went degraded
+    in one of five full runs, with the loop's lag and the slow log within bounds)."""
     started = _gateway(
-        fake_upstream_server[1], own_redis, max_body_bytes=8 * MIB, max_message_bytes=6 * MIB
+        fake_upstream_server[1],
+        own_redis,
+        deadline_ms=1000,
+        max_body_bytes=8 * MIB,
+        max_message_bytes=6 * MIB,
     )
     yield started
     started.stop()
@@ -329,7 +344,7 @@ def test_455k_distinct_words_are_recorded_without_stalling_redis_or_the_loop(
     assert response.headers["x-memory-status"] == "ok"
     assert not slow, f"Redis commands over 200 ms: {slow}"
     assert worst < took / 4, f"the loop stalled {worst:.2f} s of a {took:.2f} s request"
-    assert during and all(status == 200 and memory == "ok" for _, status, memory in during)
+    assert during and all(status == 200 and memory == "ok" for _, status, memory in during), during
     stored = [json.loads(raw)["content"] for key in redis.scan_iter(match="mg:*:log")
               for raw in redis.lrange(key, 0, -1)]  # fmt: skip
     assert text in stored
