@@ -74,7 +74,7 @@ def roomy(
     tenant's turns must be served and recorded meanwhile, within a deadline of 1 s, not
     Redis's default 100 ms: in this process, beside the heavy request's tokenizing threads
     on a loaded 2-core machine, 100 ms measures the scheduler (one such turn went degraded
-    in one of five full runs, with the loop's lag and the slow log within bounds)."""
+    in one of six full runs, with the loop's lag and the slow log within bounds)."""
     started = _gateway(
         fake_upstream_server[1],
         own_redis,
