@@ -75,11 +75,12 @@ def _written(lower: str) -> list[tuple[int, int, int]]:
 # 2024", "from 02.01.2024 to 09.01.2024", "2024-01-02 - 2024-01-09". Without the first
 # word, "and" joins two days ("on 2 Jan 2024 and 9 Jan 2024"), not the days between.
 # (Within a line: a dash at the start of the next is a list's bullet, not a range.)
-_RANGE_OPENS = re.compile(r"\b(?:between|from)\s+(?:the\s+)?$")
-_RANGE_JOINS = re.compile(
-    r"^[ \t]*,?[ \t]*(?:and|to|until|till|through|thru|[-\u2013\u2014])[ \t]*(?:the[ \t]+)?$"
-)
-_DASH = re.compile(r"^[ \t]*[-\u2013\u2014][ \t]*$")  # a hyphen, an en or an em dash
+_DASHES = r"[-\u2013\u2014]"  # a hyphen, an en or an em dash
+_OPEN = r"\b(?:between|from)\s+(?:the\s+)?"
+_JOIN = rf"[ \t]*,?[ \t]*(?:and|to|until|till|through|thru|{_DASHES})[ \t]*(?:the[ \t]+)?"
+_RANGE_OPENS = re.compile(f"{_OPEN}$")
+_RANGE_JOINS = re.compile(f"^{_JOIN}$")
+_DASH = re.compile(rf"^[ \t]*{_DASHES}[ \t]*$")
 
 
 # The first end written short, its month or year left to the second: "between 2 and 9
@@ -87,9 +88,8 @@ _DASH = re.compile(r"^[ \t]*[-\u2013\u2014][ \t]*$")  # a hyphen, an en or an em
 # "between 28 Dec and 3 Jan 2024"; and "2-9 Jan 2024" (``_DAY_FIRST`` dates only: before
 # "2024-01-09", a number and a dash are seldom a day).
 _SHORT_START = re.compile(
-    rf"(?:\b(?:between|from)\s+(?:the\s+)?(?:{_DAY}(?:\s+(?:of\s+)?{_MONTH})?|{_MONTH}\.?\s+{_DAY})"
-    r"[ \t]*,?[ \t]*(?:and|to|until|till|through|thru|[-\u2013\u2014])"
-    rf"|\b{_DAY}[ \t]*[-\u2013\u2014])[ \t]*(?:the[ \t]+)?$"
+    rf"(?:{_OPEN}(?:{_DAY}(?:\s+(?:of\s+)?{_MONTH})?|{_MONTH}\.?\s+{_DAY}){_JOIN}"
+    rf"|\b{_DAY}[ \t]*{_DASHES}[ \t]*(?:the[ \t]+)?)$"
 )
 _DAY_FIRST = re.compile(r"\d{1,2}(?:st|nd|rd|th)?\s")
 
