@@ -48,9 +48,13 @@ class RealMessage:
     text: str
     timestamp: float  # Unix seconds; the dataset's local times are read as UTC
 
-    def to_import(self, with_timestamp: bool = True) -> dict[str, object]:
-        """The message as ``POST /memory/sessions/{sid}/messages`` takes it."""
+    def to_import(self, with_timestamp: bool = True, with_name: bool = True) -> dict[str, object]:
+        """The message as ``POST /memory/sessions/{sid}/messages`` takes it: with its
+        speaker as the chat API's ``name`` (its pattern has no spaces: "Fahim_Khan"), as
+        a client that knows who speaks sends it."""
         message: dict[str, object] = {"role": self.role, "content": self.text}
+        if with_name:
+            message["name"] = speaker_name(self.speaker)
         if with_timestamp:
             message["timestamp"] = self.timestamp
         return message
@@ -87,6 +91,11 @@ class RealConversation:
     def scored(self) -> tuple[Question, ...]:
         """The questions with evidence left after parsing: the ones that are scored."""
         return tuple(q for q in self.questions if q.evidence)
+
+
+def speaker_name(speaker: str) -> str:
+    """A speaker as the chat API's ``name`` takes it (letters, digits, "_" and "-")."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", speaker.strip())[:64]
 
 
 def parse_time(text: str) -> float:

@@ -916,11 +916,12 @@ def what_is_imported(
     digest = hashlib.sha256()
     for conversation in conversations:
         for message in conversation.messages:
-            digest.update(json.dumps(message.to_import()).encode())
+            digest.update(json.dumps(message.to_import(True, not args.no_names)).encode())
     ids = ",".join(c.id for c in conversations)
     # (The summaries are made while importing: by the model asked, or model-free.)
     summarizer = f"summarizer={args.summarizer_url or 'none'}:{args.summarizer_model}"
     flags = f"timestamps={not args.no_timestamps} batch={args.batch} {summarizer}"
+    flags += f" names={not args.no_names}"
     return f"{ids}\n{flags} sha256={digest.hexdigest()}\n"
 
 
@@ -943,7 +944,8 @@ def _import_realtalk(
 ) -> None:
     """Import and summarize every conversation; check once that the times were kept."""
     for number, conversation in enumerate(conversations, 1):
-        messages = [m.to_import(not args.no_timestamps) for m in conversation.messages]
+        sent = (not args.no_timestamps, not args.no_names)
+        messages = [m.to_import(*sent) for m in conversation.messages]
         load_conversation(client, conversation.id, messages, args.batch)
         if not row.timestamps and not args.no_timestamps:
             sent = [m.timestamp for m in conversation.messages]
@@ -1077,7 +1079,8 @@ def describe_realtalk(
         f"{messages:,} messages, {len(scored)} questions scored ({categories}), "
         f"{excluded} excluded (no evidence message left), "
         f"budgets {'/'.join(map(str, args.budgets))} tokens, "
-        f"{times_text(args, rows)}, summarizer {summarizer}"
+        f"{times_text(args, rows)}, speakers' names {'not ' if args.no_names else ''}sent, "
+        f"summarizer {summarizer}"
     )
 
 
@@ -1203,6 +1206,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--no-timestamps",
         action="store_true",
         help="import messages without their times (for a gateway that refuses the field)",
+    )
+    parser.add_argument(
+        "--no-names",
+        action="store_true",
+        help="realtalk: import messages without their speakers' names (the chat API's name)",
     )
     parser.add_argument(
         "--probe-threads", type=int, default=4, help="realtalk: questions asked at once"

@@ -262,3 +262,24 @@ def test_a_models_fact_leads_recall_to_the_message_it_was_read_from(
         memory.http.close()
         gateway.stop()  # (gateways sharing a Redis must share one configuration)
     assert recalled == {True: ["5"], False: []}
+
+
+def test_a_question_that_names_a_speaker_recalls_what_they_said_first(
+    recall_gateway: Any, api_key: str
+) -> None:
+    """Messages sent with the chat API's ``name``: a question about one speaker ranks
+    that speaker's messages first, though "Kate" and "hobbies" are in none of them. The
+    same conversation without names is ranked by meaning alone, both speakers mixed."""
+    named = conversation(300, {5: "I spent the whole weekend skiing in Tahoe."})
+    for message in named:
+        message["name"] = "Kate" if message["role"] == "user" else "Elise"
+    anonymous = [{"role": m["role"], "content": m["content"]} for m in named]
+    first: dict[str, list[str]] = {}
+    for session, messages in (("named", named), ("anonymous", anonymous)):
+        memory = Memory(recall_gateway, api_key, session)
+        import_all(memory, messages)
+        first[session] = memory.context("What are Kate's hobbies?")["receipt"]["recalled"][:20]
+        memory.http.close()
+    assert len(first["named"]) == 20
+    assert all(int(index) % 2 == 1 for index in first["named"]), first  # Kate's: the user's
+    assert not all(int(index) % 2 == 1 for index in first["anonymous"]), first

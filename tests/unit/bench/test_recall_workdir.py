@@ -1,5 +1,5 @@
 """bench/recall.py --workdir: an import is kept for the next run only while the run would
-import the same: the same conversations, their messages, batches, times and summarizer
+import the same: the same conversations, their messages, batches, times, names and summarizer
 (the end-to-end run: tests/system/test_bench_recall_workdir.py)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def test_an_import_is_asked_again_only_of_the_same_conversations_imported_alike(
 ) -> None:
     conversation = realtalk.load_conversation(write_dataset(tmp_path / "data") / CHAT)
     asked = {
-        "no_timestamps": False, "batch": 500, "summarizer_url": None,
+        "no_timestamps": False, "no_names": False, "batch": 500, "summarizer_url": None,
         "summarizer_model": "summarizer",
     }  # fmt: skip
     args = argparse.Namespace(**asked)
@@ -28,6 +28,7 @@ def test_an_import_is_asked_again_only_of_the_same_conversations_imported_alike(
     assert recall.what_is_imported([conversation], args) == same
     changes = [
         {"no_timestamps": True},
+        {"no_names": True},
         {"batch": 40},
         {"summarizer_url": "http://127.0.0.1:9/v1"},
         {"summarizer_model": "m"},
