@@ -20,7 +20,6 @@ Notes:
 
 from __future__ import annotations
 
-import bisect
 import datetime
 import heapq
 from array import array
@@ -36,6 +35,7 @@ from gateway.memory import terms as text_terms
 from gateway.memory import vectors
 from gateway.memory.block import Count, Item, recalled_line
 from gateway.memory.model import Message
+from gateway.memory.speakers import SpeakerIndex
 
 K = TypeVar("K", bound=Hashable)
 
@@ -127,10 +127,6 @@ def text_size(messages: Sequence[Message]) -> int:
     return sum(len(message.recall_text) for message in messages)
 
 
-# The roles whose ``name`` names a person (a function's result names the function).
-_SPOKEN = frozenset({"user", "assistant"})
-
-
 def day_of(ts: float) -> int:
     """A timestamp's day (UTC) as a proleptic ordinal; 0 for an unknown time."""
     if ts <= 0:
@@ -153,9 +149,8 @@ class Archive:
         self.days = array("i")
         self.words = array("I")
         self.total_length = 0
-        # (role, name) of a user's or an assistant's messages -> their positions, in order
-        # (``speaker_positions``); the name is "" where the client named no one.
-        self.speakers: dict[tuple[str, str], array[int]] = {}
+        # Who said each message, as the client named them (``Message.name``).
+        self.speakers = SpeakerIndex()
         # term -> (positions in ``messages``, term frequency there), in position order.
         self.postings: dict[str, tuple[array[int], array[int]]] = {}
         # Per message: its vector's codes and their inverse length (zeros: no vector), in
@@ -186,22 +181,6 @@ class Archive:
     def inverse_lengths(self) -> vectors.Floats:
         """Each row of ``codes``' inverse length (0: no vector)."""
         return self._inverse[: len(self.messages)]
-
-    def speaker_names(self) -> set[str]:
-        """The names the client gave the speakers of these messages."""
-        return {name for _, name in self.speakers if name}
-
-    def speaker_positions(self, name: str) -> list[array[int]]:
-        """The positions of ``name``'s messages: those that carry the name, and those of
-        a role that carry none when ``name`` is the only name that role was given (the
-        client named its assistant once on import, and its later answers came unnamed)."""
-        named_roles = {role for role, said in self.speakers if said == name}
-        only = {r for r in named_roles if {n for k, n in self.speakers if k == r and n} == {name}}
-        return [
-            positions
-            for (role, said), positions in self.speakers.items()
-            if said == name or (not said and role in only)
-        ]
 
     def message(self, index: int) -> Message | None:
         position = index - self.first
@@ -271,9 +250,7 @@ class Archive:
             self.total_length += index.length
             self.days.append(day_of(message.ts))
             self.words.append(index.words)
-            if message.role in _SPOKEN:
-                speaker = (message.role, message.name if isinstance(message.name, str) else "")
-                self.speakers.setdefault(speaker, array("I")).append(position)
+            self.nbytes += self.speakers.add(message.role, message.name, position)
             self.messages.append(message)
             self.nbytes += len(message.text) + _PER_MESSAGE_BYTES + _VECTOR_BYTES
 
@@ -307,10 +284,7 @@ class Archive:
             else:
                 del positions[cut:]
                 del tfs[cut:]
-        for speaker, positions in list(self.speakers.items()):
-            del positions[bisect.bisect_left(positions, keep) :]
-            if not positions:
-                del self.speakers[speaker]
+        self.nbytes -= self.speakers.truncate(keep)
         del self.messages[keep:]
         self.total_length = sum(self.lengths[:keep])
         del self.lengths[keep:]

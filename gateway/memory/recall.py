@@ -51,7 +51,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from gateway.memory import locality, speakers, times, vectors
+from gateway.memory import locality, times, vectors
 from gateway.memory.archive import Archive
 from gateway.memory.model import Message
 from gateway.memory.terms import STOPWORDS, distinct_terms, stems, terms, words
@@ -362,7 +362,7 @@ def _fused(
         if source.fact_lifts is not None and weights.facts:
             scores += weights.facts * source.fact_lifts
         if speaker is not None:
-            for positions in archive.speaker_positions(speaker):
+            for positions in archive.speakers.of(speaker):
                 scores[np.frombuffer(positions, dtype=np.uint32)] += weights.speaker
         for index in source.exclude:
             position = index - archive.first
@@ -373,11 +373,12 @@ def _fused(
 
 
 def _named_speaker(sources: Sequence[Source], query: Query) -> str | None:
-    """The one speaker of any source that the question names (``speakers``)."""
+    """The one speaker of any source that the question names (``speakers``); None when
+    it names none, or several."""
     if not query.said:
         return None
-    held = set().union(*(source.archive.speaker_names() for source in sources))
-    return speakers.named_speaker(query.said, held)
+    named = set().union(*(source.archive.speakers.named(query.said) for source in sources))
+    return named.pop() if len(named) == 1 else None
 
 
 def _feedback_terms(

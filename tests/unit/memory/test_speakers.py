@@ -10,7 +10,7 @@ import pytest
 from gateway.memory.archive import Archive
 from gateway.memory.model import Message
 from gateway.memory.recall import Source, Weights, build_query, rank
-from gateway.memory.speakers import name_parts, named_speaker
+from gateway.memory.speakers import SpeakerIndex, name_parts
 from gateway.memory.terms import words
 
 # Words only, and the speaker's lift: what a test below ranks by.
@@ -36,17 +36,33 @@ def test_a_name_is_said_by_its_parts(name: str, parts: set[str]) -> None:
 @pytest.mark.parametrize(
     ("question", "named"),
     [
-        ("What are Kate's hobbies?", "Kate"),
-        ("what are kate\u2019s hobbies?", "Kate"),  # any case, a curly apostrophe
-        ("Where does Fahim work?", "Fahim_Khan"),
-        ("Which cities have both Kate and Elise been to?", None),  # two: about both
-        ("What did we plan for the weekend?", None),
-        ("Will the weather hold?", None),  # a stopword names no one, not even Will
-        ("", None),
+        ("What are Kate's hobbies?", {"Kate"}),
+        ("what are kate\u2019s hobbies?", {"Kate"}),  # any case, a curly apostrophe
+        ("Where does Fahim work?", {"Fahim_Khan"}),
+        ("Which cities have both Kate and Elise been to?", {"Kate", "Elise"}),
+        ("What did we plan for the weekend?", set()),
+        ("Will the weather hold?", set()),  # a stopword names no one, not even Will
+        ("", set()),
     ],
 )
-def test_a_question_names_one_speaker_or_none(question: str, named: str | None) -> None:
-    assert named_speaker(words(question), ["Kate", "Elise", "Fahim_Khan", "Will"]) == named
+def test_a_question_names_speakers_by_the_parts_of_their_names(
+    question: str, named: set[str]
+) -> None:
+    index = SpeakerIndex()
+    for position, name in enumerate(["Kate", "Elise", "Fahim_Khan", "Will"]):
+        index.add("user", name, position)
+    assert index.named(words(question)) == named
+
+
+def test_many_names_are_looked_up_not_walked() -> None:
+    """A client may name each message differently: the question's words are looked up,
+    and what each name costs is counted."""
+    index = SpeakerIndex()
+    cost = sum(index.add("user", f"guest{n}", n) for n in range(20_000))
+    assert cost >= 20_000 * 300
+    assert index.named(["guest", "19999"]) == {f"guest{n}" for n in range(20_000)}
+    assert index.named(["19999"]) == {"guest19999"}
+    assert [list(found) for found in index.of("guest7")] == [[7]]
 
 
 def archive_of(said: list[tuple[str, str | None, str]]) -> Archive:
@@ -85,15 +101,15 @@ def test_a_roles_unnamed_messages_are_its_one_named_speakers() -> None:
         ("user", None, "I went skiing"),
         ("assistant", None, "nice"),
     ])  # fmt: skip
-    assert archive.speaker_names() == {"Kate", "Elise"}
-    assert sorted(p for found in archive.speaker_positions("Kate") for p in found) == [0, 2]
+    assert archive.speakers.names() == {"Kate", "Elise"}
+    assert [list(found) for found in archive.speakers.of("Kate")] == [[0], [2]]
     group = archive_of([("user", "Kate", "a"), ("user", "Liam", "b"), ("user", None, "c")])
-    assert [list(found) for found in group.speaker_positions("Kate")] == [[0]]
+    assert [list(found) for found in group.speakers.of("Kate")] == [[0]]
 
 
 def test_a_tools_name_names_no_speaker() -> None:
     archive = archive_of([("user", None, "weather?"), ("function", "get_weather", "sunny")])
-    assert archive.speaker_names() == set()
+    assert archive.speakers.names() == set()
     hits = rank([Source(archive)], build_query("get weather"), limit=2, weights=LIFT)
     assert [h.index for h in hits] == [1]  # the result is not lifted as get_weather's
 
@@ -102,11 +118,15 @@ def test_a_regenerate_forgets_the_speakers_of_what_it_replaced() -> None:
     archive = archive_of(
         [("user", "Kate", "a"), ("assistant", "Elise", "b"), ("user", "Liam", "c")]
     )
+    before = archive.nbytes
     archive.truncate(2)
-    assert archive.speaker_names() == {"Kate", "Elise"}
-    assert [list(found) for found in archive.speaker_positions("Kate")] == [[0]]
+    assert archive.speakers.names() == {"Kate", "Elise"}
+    assert archive.speakers.named(["liam"]) == set()
+    assert [list(found) for found in archive.speakers.of("Kate")] == [[0]]
+    assert before - archive.nbytes > len("c")  # the message and Liam's entry
     archive.truncate(0)
-    assert archive.speakers == {}
+    assert archive.speakers.positions == {}
+    assert archive.speakers.named(["kate"]) == set()
 
 
 def test_a_speaker_of_another_session_is_lifted_there_too() -> None:
