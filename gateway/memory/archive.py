@@ -127,6 +127,13 @@ def text_size(messages: Sequence[Message]) -> int:
     return sum(len(message.recall_text) for message in messages)
 
 
+def _message_bytes(message: Message) -> int:
+    """What holding a message costs: its text, its name (a client's, of any length), and
+    what it costs beyond them."""
+    name = message.name if isinstance(message.name, str) else ""
+    return len(message.text) + len(name) + _PER_MESSAGE_BYTES + _VECTOR_BYTES
+
+
 def day_of(ts: float) -> int:
     """A timestamp's day (UTC) as a proleptic ordinal; 0 for an unknown time."""
     if ts <= 0:
@@ -252,7 +259,7 @@ class Archive:
             self.words.append(index.words)
             self.nbytes += self.speakers.add(message.role, message.name, position)
             self.messages.append(message)
-            self.nbytes += len(message.text) + _PER_MESSAGE_BYTES + _VECTOR_BYTES
+            self.nbytes += _message_bytes(message)
 
     def truncate(self, count: int) -> None:
         """Forget the messages after index ``count`` (a regenerate replaced them)."""
@@ -263,7 +270,7 @@ class Archive:
         self.held_of_facts.clear()
         dropped = self.messages[keep:]
         for message in dropped:
-            self.nbytes -= len(message.text) + _PER_MESSAGE_BYTES + _VECTOR_BYTES
+            self.nbytes -= _message_bytes(message)
         # Only the dropped messages' terms have postings to cut (at their ends); when they
         # hold more text than the archive holds terms, every term is looked at instead.
         touched: set[str] | list[str]

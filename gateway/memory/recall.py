@@ -51,7 +51,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from gateway.memory import locality, times, vectors
+from gateway.memory import locality, speakers, times, vectors
 from gateway.memory.archive import Archive
 from gateway.memory.model import Message
 from gateway.memory.terms import STOPWORDS, distinct_terms, stems, terms, words
@@ -110,13 +110,13 @@ Vector = npt.NDArray[np.float32]
 @dataclass(frozen=True, slots=True)
 class Query:
     """What recall searches for: weighted terms, a unit vector, the spans of days named
-    (``times.named_spans``), and the question's own words, which may name a speaker
-    (``speakers``)."""
+    (``times.named_spans``), and the question's words that may name a speaker
+    (``speakers.parts``)."""
 
     terms: dict[str, float]
     vector: Vector | None = None
     spans: tuple[times.Span, ...] = ()
-    said: frozenset[str] = frozenset()
+    speaker_words: frozenset[str] = frozenset()
 
     @property
     def empty(self) -> bool:
@@ -203,7 +203,7 @@ def build_query(
         before = embed(" ".join(context)) if follow_up else None
         if before is not None:
             vector = vectors.unit(before * CONTEXT_WEIGHT + (0.0 if vector is None else vector))
-    return Query(weights, vector, times.named_spans(new, today), frozenset(said))
+    return Query(weights, vector, times.named_spans(new, today), speakers.parts(new))
 
 
 _SAID = re.compile(r"[a-z']+")
@@ -375,10 +375,14 @@ def _fused(
 def _named_speaker(sources: Sequence[Source], query: Query) -> str | None:
     """The one speaker of any source that the question names (``speakers``); None when
     it names none, or several."""
-    if not query.said:
+    if not query.speaker_words:
         return None
-    named = set().union(*(source.archive.speakers.named(query.said) for source in sources))
-    return named.pop() if len(named) == 1 else None
+    named: set[str] = set()
+    for source in sources:
+        named |= source.archive.speakers.named(query.speaker_words)
+        if len(named) > 1:
+            return None
+    return named.pop() if named else None
 
 
 def _feedback_terms(

@@ -8,10 +8,15 @@ cooking class today", with no "Kate" and no "hobby" in them. Recall then lifts t
 speaker's messages (``recall.SPEAKER``). A question that names two speakers ("Which
 cities have both Kate and Elise been to?") is about both: no one is lifted.
 
-A name is matched by its parts, as a person would say them: "Fahim_Khan", "fahim.khan"
-and "FahimKhan" are named by "Fahim" or "Khan", in any case; a question's stopwords
-("will", "may") name no one. A role given a single name keeps it for its messages sent
-without one: an import named both people, and the client's later turns came unnamed.
+A name is matched by its parts, as a person would say them, in any case and any
+alphabet: "Fahim_Khan", "fahim.khan", "Fahim-Khan" and "FahimKhan" are named by "Fahim"
+or "Khan", "Renée" by "renée"; "Kate" and "kate" are one speaker. Parts of one letter and
+numbers name no one ("GPT-4o" is not named by "4"), nor do recall's stopwords ("will";
+"may" is a month). A role given a single name keeps it for its messages sent without one:
+an import named both people, and the client's later turns came unnamed.
+
+A name longer than the chat API allows (64 characters) names no speaker: what it costs
+to index stays bounded whatever a client sends.
 """
 
 from __future__ import annotations
@@ -20,28 +25,35 @@ import re
 from array import array
 from collections.abc import Iterable
 
-# A name's parts: runs of letters, cut where a capital follows a small letter.
-_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+from gateway.memory.terms import STOPWORDS
+
 # The roles whose ``name`` names a person (a function's result names the function).
 SPOKEN = ("user", "assistant")
+# The chat API's longest ``name``; a longer one is indexed as no name.
+MAX_NAME_CHARS = 64
 # What a speaker's entry costs the process beyond its name (its array, its sets' slots).
 _PER_SPEAKER_BYTES = 300
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_LETTERS = re.compile(r"[^\W\d_]+")
 
 
-def name_parts(name: str) -> frozenset[str]:
-    """The lower-cased parts of a speaker's name ("FahimKhan" -> fahim, khan)."""
-    return frozenset(part.lower() for part in _PART.findall(name))
+def parts(text: str) -> frozenset[str]:
+    """The parts of a name, or of a question, that can name someone: its runs of letters
+    (cut where a capital follows a small letter), case-folded, of two letters or more,
+    stopwords out ("FahimKhan" -> fahim, khan)."""
+    found = _LETTERS.findall(_CAMEL.sub(" ", text).casefold())
+    return frozenset(part for part in found if len(part) > 1 and part not in STOPWORDS)
 
 
 class SpeakerIndex:
     """The speakers of an archive's messages, by role and name, and their positions.
 
-    Looked up at every request by the question's few words, never by a walk over the
-    names: a client may give each of 20,000 messages a name of its own.
+    Looked up at every request by the question's words, and a lookup stops at the second
+    name found: a client may give each of 20,000 messages a name of its own.
     """
 
     def __init__(self) -> None:
-        # (role, name) -> the positions of its messages, in order; "" where none was given.
+        # (role, case-folded name) -> its messages' positions, in order; "": no name.
         self.positions: dict[tuple[str, str], array[int]] = {}
         self._by_part: dict[str, set[str]] = {}  # a name's part -> the names that have it
         self._by_role: dict[str, set[str]] = {}  # a role -> the names it was given
@@ -50,18 +62,21 @@ class SpeakerIndex:
         """Record who said the message at ``position``; the bytes a new speaker costs."""
         if role not in SPOKEN:
             return 0
-        said = name if isinstance(name, str) else ""
+        said = _key(name)
         key = (role, said)
         found = self.positions.get(key)
         if found is not None:
             found.append(position)
             return 0
         self.positions[key] = array("I", [position])
+        self._index(role, said)
+        return len(said) + _PER_SPEAKER_BYTES
+
+    def _index(self, role: str, said: str) -> None:
         if said:
             self._by_role.setdefault(role, set()).add(said)
-            for part in name_parts(said):
+            for part in parts(said):
                 self._by_part.setdefault(part, set()).add(said)
-        return len(said) + _PER_SPEAKER_BYTES
 
     def truncate(self, keep: int) -> int:
         """Forget the positions from ``keep`` on; the bytes freed."""
@@ -76,26 +91,28 @@ class SpeakerIndex:
             self._by_part.clear()
             self._by_role.clear()
             for role, said in self.positions:
-                if said:
-                    self._by_role.setdefault(role, set()).add(said)
-                    for part in name_parts(said):
-                        self._by_part.setdefault(part, set()).add(said)
+                self._index(role, said)
         return freed
 
     def names(self) -> set[str]:
+        """Every name given (case-folded)."""
         return set().union(*self._by_role.values())
 
-    def named(self, said: Iterable[str]) -> set[str]:
-        """The names a question's words (``terms.words``: lower-cased, stopwords out,
-        possessives folded) name."""
+    def named(self, asked: Iterable[str], enough: int = 2) -> set[str]:
+        """The names a question's ``parts`` name, case-folded: at most ``enough`` of them
+        (whether one speaker is named needs no more)."""
         found: set[str] = set()
-        for word in said:
-            found |= self._by_part.get(word, set())
+        for part in asked:
+            for name in self._by_part.get(part, ()):
+                found.add(name)
+                if len(found) >= enough:
+                    return found
         return found
 
     def of(self, name: str) -> list[array[int]]:
-        """The positions of ``name``'s messages: those that carry the name, and those of
-        a role that carry none when ``name`` is the only name that role was given."""
+        """The positions of ``name``'s messages (a name as ``named`` gives it): those
+        that carry the name, and those of a role that carry none when ``name`` is the
+        only name that role was given."""
         found = []
         for role in SPOKEN:
             given = self._by_role.get(role, set())
@@ -106,3 +123,11 @@ class SpeakerIndex:
             if unnamed is not None and len(given) == 1:
                 found.append(unnamed)
         return found
+
+
+def _key(name: object) -> str:
+    """A message's speaker as indexed: its name case-folded; "" for none, or one too long
+    to be a chat API name."""
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+        return ""
+    return name.casefold()

@@ -267,19 +267,24 @@ def test_a_models_fact_leads_recall_to_the_message_it_was_read_from(
 def test_a_question_that_names_a_speaker_recalls_what_they_said_first(
     recall_gateway: Any, api_key: str
 ) -> None:
-    """Messages sent with the chat API's ``name``: a question about one speaker ranks
-    that speaker's messages first, though "Kate" and "hobbies" are in none of them. The
-    same conversation without names is ranked by meaning alone, both speakers mixed."""
+    """A group chat, its messages sent with the chat API's ``name``: Kate and Liam share
+    the user's role. A question about Kate ranks her messages first, though "Kate" and
+    "hobbies" are in none of them; not Liam's, nor the assistant's. The same conversation
+    without names is ranked by meaning alone, every speaker mixed."""
     named = conversation(300, {5: "I spent the whole weekend skiing in Tahoe."})
-    for message in named:
-        message["name"] = "Kate" if message["role"] == "user" else "Elise"
+    for index, message in enumerate(named, 1):
+        if message["role"] == "assistant":
+            message["name"] = "Elise"
+        else:
+            message["name"] = "Kate" if index % 4 == 1 else "liam_b"
     anonymous = [{"role": m["role"], "content": m["content"]} for m in named]
-    first: dict[str, list[str]] = {}
+    first: dict[str, list[int]] = {}
     for session, messages in (("named", named), ("anonymous", anonymous)):
         memory = Memory(recall_gateway, api_key, session)
         import_all(memory, messages)
-        first[session] = memory.context("What are Kate's hobbies?")["receipt"]["recalled"][:20]
+        recalled = memory.context("What are Kate's hobbies?")["receipt"]["recalled"]
+        first[session] = [int(index) for index in recalled[:20]]
         memory.http.close()
     assert len(first["named"]) == 20
-    assert all(int(index) % 2 == 1 for index in first["named"]), first  # Kate's: the user's
-    assert not all(int(index) % 2 == 1 for index in first["anonymous"]), first
+    assert all(index % 4 == 1 for index in first["named"]), first  # Kate's
+    assert not all(index % 4 == 1 for index in first["anonymous"]), first
