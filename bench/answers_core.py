@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.realtalk import CATEGORIES, RealConversation, RealMessage
+from bench.realtalk import CATEGORIES, RealConversation, RealMessage, speaker_name
 from gateway.memory.block import day_label
 
 ALL = "all"
@@ -106,13 +106,15 @@ def dated_history(messages: Sequence[RealMessage]) -> list[dict[str, str]]:
     """The baseline's history: every message as user/assistant, the first message of
     each day (UTC) prefixed with it, "[Sat 2024-01-13] …", the day label the gateway's
     memory block writes. The gateway imports each message's time; without the days the
-    full history could not answer the temporal questions that the gateway can."""
+    full history could not answer the temporal questions that the gateway can. Each
+    carries its speaker's ``name``, as the gateway's import does."""
     history, last = [], ""
     for message in messages:
         day = day_label(message.timestamp)
         text = f"[{day}] {message.text}" if day and day != last else message.text
         last = day or last
-        history.append({"role": message.role, "content": text})
+        name = speaker_name(message.speaker)
+        history.append({"role": message.role, "content": text, "name": name})
     return history
 
 

@@ -71,7 +71,7 @@ def message(dia: str, role: str, text: str, when: str) -> RealMessage:
     return RealMessage(dia, role, "Ann" if role == "user" else "Bob", text, at(when))
 
 
-def test_the_baseline_history_marks_the_first_message_of_each_day() -> None:
+def test_the_baseline_history_marks_the_first_message_of_each_day_and_names_speakers() -> None:
     history = core.dated_history(
         (
             message("D1:1", "user", "Hi!", "2024-01-13T09:00:00"),
@@ -81,10 +81,10 @@ def test_the_baseline_history_marks_the_first_message_of_each_day() -> None:
         )
     )
     assert history == [
-        {"role": "user", "content": "[Sat 2024-01-13] Hi!"},
-        {"role": "assistant", "content": "Hello"},
-        {"role": "user", "content": "[Sun 2024-01-14] Morning"},
-        {"role": "assistant", "content": "Hey"},
+        {"role": "user", "content": "[Sat 2024-01-13] Hi!", "name": "Ann"},
+        {"role": "assistant", "content": "Hello", "name": "Bob"},
+        {"role": "user", "content": "[Sun 2024-01-14] Morning", "name": "Ann"},
+        {"role": "assistant", "content": "Hey", "name": "Bob"},
     ]
 
 
