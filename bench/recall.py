@@ -944,8 +944,8 @@ def _import_realtalk(
 ) -> None:
     """Import and summarize every conversation; check once that the times were kept."""
     for number, conversation in enumerate(conversations, 1):
-        sent = (not args.no_timestamps, not args.no_names)
-        messages = [m.to_import(*sent) for m in conversation.messages]
+        fields = (not args.no_timestamps, not args.no_names)
+        messages = [m.to_import(*fields) for m in conversation.messages]
         load_conversation(client, conversation.id, messages, args.batch)
         if not row.timestamps and not args.no_timestamps:
             sent = [m.timestamp for m in conversation.messages]

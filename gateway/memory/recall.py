@@ -110,13 +110,13 @@ Vector = npt.NDArray[np.float32]
 @dataclass(frozen=True, slots=True)
 class Query:
     """What recall searches for: weighted terms, a unit vector, the spans of days named
-    (``times.named_spans``), and the question's words that may name a speaker
-    (``speakers.parts``)."""
+    (``times.named_spans``), and the question, whose words may name a speaker
+    (``speakers``: read only where the client named its speakers)."""
 
     terms: dict[str, float]
     vector: Vector | None = None
     spans: tuple[times.Span, ...] = ()
-    speaker_words: frozenset[str] = frozenset()
+    question: str = ""
 
     @property
     def empty(self) -> bool:
@@ -203,7 +203,7 @@ def build_query(
         before = embed(" ".join(context)) if follow_up else None
         if before is not None:
             vector = vectors.unit(before * CONTEXT_WEIGHT + (0.0 if vector is None else vector))
-    return Query(weights, vector, times.named_spans(new, today), speakers.parts(new))
+    return Query(weights, vector, times.named_spans(new, today), new)
 
 
 _SAID = re.compile(r"[a-z']+")
@@ -374,12 +374,15 @@ def _fused(
 
 def _named_speaker(sources: Sequence[Source], query: Query) -> str | None:
     """The one speaker of any source that the question names (``speakers``); None when
-    it names none, or several."""
-    if not query.speaker_words:
+    it names none, or several. The question's words are read only when a source has
+    names: most sessions have none, and a question may be 16 KB."""
+    held = [source.archive.speakers for source in sources if source.archive.speakers.has_names]
+    if not held or not query.question:
         return None
+    asked = speakers.parts(query.question)
     named: set[str] = set()
-    for source in sources:
-        named |= source.archive.speakers.named(query.speaker_words)
+    for index in held:
+        named |= index.named(asked)
         if len(named) > 1:
             return None
     return named.pop() if named else None

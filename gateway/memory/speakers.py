@@ -112,6 +112,12 @@ class SpeakerIndex:
                 self._index(role, said)
         return freed
 
+    @property
+    def has_names(self) -> bool:
+        """Whether a question can name any speaker of these messages (a name with a part
+        of two letters or more)."""
+        return bool(self._by_part)
+
     def names(self) -> set[str]:
         """Every name given (case-folded)."""
         return set().union(*self._by_role.values())
@@ -120,8 +126,6 @@ class SpeakerIndex:
         """The names a question's ``parts`` name, case-folded: at most ``enough`` of them
         (whether one speaker is named needs no more)."""
         found: set[str] = set()
-        if not self._by_part:
-            return found
         for part in asked:
             for name in self._by_part.get(part, ()):
                 found.add(name)
