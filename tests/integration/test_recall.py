@@ -288,3 +288,28 @@ def test_a_question_that_names_a_speaker_recalls_what_they_said_first(
     assert len(first["named"]) == 20
     assert all(index % 4 == 1 for index in first["named"]), first  # Kate's
     assert not all(index % 4 == 1 for index in first["anonymous"]), first
+
+
+def test_the_sdks_named_turns_are_whose_recall_favours(
+    recall_gateway: Any, api_key: str, session_id: str
+) -> None:
+    """A group chat through the OpenAI SDK, streamed and not: each turn's message carries
+    its speaker's ``name`` (Kate or Liam), as recorded from chat, not imported. Asked
+    about Kate, recall ranks her messages before any other."""
+    client = sdk(recall_gateway, api_key, session_id)
+    for turn in range(12):
+        name = "Kate" if turn % 2 == 0 else "Liam"
+        message = {"role": "user", "name": name, "content": f"{FILLER[turn % 6]} ({turn})"}
+        if turn % 4 < 2:
+            client.chat.completions.create(model="fake-model", messages=[message])
+        else:
+            stream = client.chat.completions.create(
+                model="fake-model", messages=[message], stream=True
+            )
+            assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    memory = Memory(recall_gateway, api_key, session_id)
+    memory.flush()
+    recalled = [int(i) for i in memory.context("What are Kate's hobbies?")["receipt"]["recalled"]]
+    kates = {1, 5, 9, 13}  # her messages the window (the last 8) does not hold
+    assert set(recalled[:4]) == kates, recalled
+    memory.http.close()
